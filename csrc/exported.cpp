@@ -120,6 +120,9 @@ struct Instr {
   std::vector<Out> outs;
   std::vector<int64_t> drops;
   size_t next_positional = 0;
+  // The paths of the modules whose forward the node ran in (its
+  // nn_module_stack), outermost first: for FLOP counts by module.
+  std::vector<std::string> modules;
 };
 
 struct Program {
@@ -682,10 +685,19 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
       }
     }
   };
+  // While FLOPs are measured, each instruction names its modules.
+  struct ModuleScope {
+    bool on = fulmen_cxx::flops_measuring();
+    const std::vector<std::string>* saved = on ? fulmen_cxx::flops_program_modules(nullptr) : nullptr;
+    ~ModuleScope() {
+      if (on) fulmen_cxx::flops_program_modules(saved);
+    }
+  } module_scope;
   torch::jit::Stack stack;
   for (size_t at = 0; at < p.instrs.size(); ++at) {
     fire_events(at);
     const Instr& in = p.instrs[at];
+    if (module_scope.on) fulmen_cxx::flops_program_modules(&in.modules);
     stack.clear();
     try {
       for (const Arg& a : in.args) {
@@ -719,6 +731,7 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
       slots[static_cast<size_t>(s)] = c10::IValue();
     }
   }
+  if (module_scope.on) fulmen_cxx::flops_program_modules(nullptr);
   fire_events(p.instrs.size());
   for (size_t k = 0; k < n_outputs; ++k) {
     made.push_back(std::make_unique<c10::IValue>(slots[static_cast<size_t>(p.outputs[k])]));
@@ -726,6 +739,22 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
   for (size_t k = 0; k < n_outputs; ++k) {
     outputs[k] = made[k].release();
   }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Names the modules instruction `index` ran in (`paths[0..n]`, outermost
+// first), for FLOP counts by module.
+int fulmen_cxx_ep_modules(void* prog, size_t index, const char* const* paths, size_t n, char* err,
+                          size_t err_len) {
+  FULMEN_CXX_TRY
+  Program& p = program(prog);
+  if (index >= p.instrs.size()) {
+    throw std::out_of_range("instruction " + std::to_string(index) + " out of range");
+  }
+  std::vector<std::string> modules;
+  modules.reserve(n);
+  for (size_t k = 0; k < n; ++k) modules.emplace_back(paths[k]);
+  p.instrs[index].modules = std::move(modules);
   FULMEN_CXX_CATCH(err, err_len)
 }
 

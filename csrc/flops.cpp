@@ -11,6 +11,17 @@
 // when every operator open around it on its thread decomposes (has a
 // CompositeImplicitAutograd kernel and no formula): the operators torch's
 // mode sees.
+//
+// Counts by module follow the mode's ModuleTracker: an operator counts for
+// "Global" and for every module whose forward is open around it, named
+// from the root's class by the state_dict paths ("MLP", "MLP.net",
+// "MLP.net.0"). The modules open on a thread are the scopes fulmen's own
+// module tree pushes (fulmen_cxx_flops_scope_push), the nn_module_stack of
+// the exported program's instruction running (flops_program_modules), and
+// TorchScript's module hierarchy (the graph executor's optimization is off
+// on the measuring thread, so the interpreter keeps it). A backward
+// operator counts for the modules of the forward operator whose autograd
+// node it runs in: nodes are matched to their forward by sequence number.
 #include "fulmen_cxx.h"
 
 #include <algorithm>
@@ -30,6 +41,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
 
 #include "torch_version.hpp"
 
@@ -42,6 +55,18 @@ namespace {
 struct Session : c10::DebugInfoBase {
   std::mutex mu;
   std::map<std::string, uint64_t> by_op;
+  // Counts by module name, then operator.
+  std::map<std::string, std::map<std::string, uint64_t>> by_module;
+  // When each count was first added to ("" for by_op), as torch's dicts
+  // keep their keys in that order.
+  std::map<std::pair<std::string, std::string>, uint64_t> first_added;
+  // The sets of open modules operators ran in, by id; 0 is none.
+  std::vector<std::vector<std::string>> module_sets{{}};
+  // The module set of each autograd node's forward operator, by (forward
+  // thread, sequence number).
+  std::map<std::pair<uint64_t, int64_t>, size_t> node_sets;
+  // The measuring thread's graph executor optimization, put back at the end.
+  bool graph_optimize = true;
   bool overflow = false;
   std::unordered_map<std::string, bool> decomposes;  // by operator name with overload
   at::CallbackHandle handle = 0;
@@ -68,6 +93,61 @@ Session* current_session() {
 // The operators open on this thread: true for one whose inner calls torch's
 // mode would not see.
 thread_local std::vector<bool> t_open;
+
+// The full names of the module scopes open on this thread, outermost first.
+thread_local std::vector<std::string> t_scopes;
+// The module paths of the exported program instruction running on this
+// thread, relative to the innermost scope.
+thread_local const std::vector<std::string>* t_program = nullptr;
+// The module sets of the autograd nodes running on this thread, innermost last.
+thread_local std::vector<size_t> t_backward;
+
+std::string joined(const std::string& base, const std::string& name) {
+  return base.empty() ? name : base + "." + name;
+}
+
+// The modules open around an operator running now on this thread, outside
+// any autograd node.
+std::vector<std::string> open_modules() {
+  std::vector<std::string> names = t_scopes;
+  std::string base = t_scopes.empty() ? std::string() : t_scopes.back();
+  if (t_program != nullptr) {
+    for (const std::string& p : *t_program) names.push_back(joined(base, p));
+    return names;
+  }
+  // TorchScript: "TOP(Class)::forward", then "child(Class)::forward", ...
+  // An optimized graph's operators say "TOP()::<forward op>": no modules.
+  std::vector<std::string> frames = torch::jit::currentModuleHierarchy();
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const std::string& f = frames[i];
+    size_t open = f.find('('), close = f.find(')', open == std::string::npos ? 0 : open);
+    if (open == std::string::npos || close == std::string::npos) break;
+    std::string instance = f.substr(0, open), cls = f.substr(open + 1, close - open - 1);
+    if (i == 0) {
+      if (instance != "TOP" || cls.empty()) break;
+      if (base.empty()) {
+        base = cls;
+        names.push_back(base);
+      }
+      continue;
+    }
+    if (instance == "SELF") continue;  // a method of the same module
+    base = joined(base, instance);
+    names.push_back(base);
+  }
+  return names;
+}
+
+// The id of `names` among the session's module sets (the caller holds its lock).
+size_t intern(Session& s, std::vector<std::string> names) {
+  if (names.empty()) return 0;
+  if (s.module_sets.back() == names) return s.module_sets.size() - 1;
+  for (size_t i = 1; i < s.module_sets.size(); ++i) {
+    if (s.module_sets[i] == names) return i;
+  }
+  s.module_sets.push_back(std::move(names));
+  return s.module_sets.size() - 1;
+}
 
 using Shape = std::vector<int64_t>;
 
@@ -115,6 +195,8 @@ Count prod(const Shape& s, size_t from) {
 struct OpContext : at::ObserverContext {
   bool pushed = false;
   bool counted = false;
+  bool backward_pushed = false;
+  size_t modules = 0;  // the module set it counts for
   std::string name;
   std::vector<c10::IValue> inputs;
 };
@@ -314,12 +396,33 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
     Session* session = current_session();
     if (session == nullptr) return ctx;
+    if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+      // An autograd node: what runs in it counts for its forward's modules.
+      size_t id = 0;
+      {
+        std::lock_guard<std::mutex> lock(session->mu);
+        auto it = session->node_sets.find({fn.forwardThreadId(), fn.seqNr()});
+        if (it != session->node_sets.end()) id = it->second;
+      }
+      t_backward.push_back(id);
+      ctx->backward_pushed = true;
+      return ctx;
+    }
     bool hidden = false;
     for (bool opaque : t_open) hidden = hidden || opaque;
     std::string name = fn.name();
     bool counted = has_formula(name);
     t_open.push_back(counted || !decomposes(*session, fn));
     ctx->pushed = true;
+    bool makes_node = fn.seqNr() >= 0;
+    if ((counted && !hidden) || makes_node) {
+      std::vector<std::string> names = t_backward.empty() ? open_modules() : std::vector<std::string>{};
+      std::lock_guard<std::mutex> lock(session->mu);
+      ctx->modules = t_backward.empty() ? intern(*session, std::move(names)) : t_backward.back();
+      // The last operator to start with a sequence number is the one whose
+      // node takes it (or one inside it).
+      if (makes_node) session->node_sets[{fn.threadId(), fn.seqNr()}] = ctx->modules;
+    }
     if (counted && !hidden) {
       ctx->counted = true;
       ctx->name = std::move(name);
@@ -334,6 +437,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 void on_end(const at::RecordFunction& fn, at::ObserverContext* c) {
   auto* ctx = static_cast<OpContext*>(c);
   if (ctx != nullptr && ctx->pushed && !t_open.empty()) t_open.pop_back();
+  if (ctx != nullptr && ctx->backward_pushed && !t_backward.empty()) t_backward.pop_back();
   // An operator that failed returns nothing and is not counted, as the
   // mode counts only what ran.
   if (ctx == nullptr || !ctx->counted || fn.outputs().empty()) return;
@@ -347,8 +451,16 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* c) {
       n = formula(ctx->name, ctx->inputs, fn.outputs());
     }
     std::lock_guard<std::mutex> lock(session->mu);
-    uint64_t& slot = session->by_op[ctx->name];
-    if (n.overflow || __builtin_add_overflow(slot, n.value, &slot)) session->overflow = true;
+    auto add = [&](uint64_t& slot, const std::string& module) {
+      session->first_added.emplace(std::make_pair(module, ctx->name), session->first_added.size());
+      if (n.overflow || __builtin_add_overflow(slot, n.value, &slot)) session->overflow = true;
+    };
+    add(session->by_op[ctx->name], std::string());
+    if (ctx->modules < session->module_sets.size()) {
+      for (const std::string& module : session->module_sets[ctx->modules]) {
+        add(session->by_module[module][ctx->name], module);
+      }
+    }
   } catch (...) {
     // Counting never fails the operator.
   }
@@ -379,22 +491,29 @@ int fulmen_cxx_flops_begin(char* err, size_t err_len) {
   auto session = std::make_shared<Session>();
   c10::ThreadLocalDebugInfo::_push(kSession, session);
   try {
-    session->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
-                                                     .needsInputs(true)
-                                                     .needsOutputs(true)
-                                                     .scopes({at::RecordScope::FUNCTION}));
+    session->handle = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(on_start, on_end)
+            .needsInputs(true)
+            .needsOutputs(true)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
   } catch (...) {
     c10::ThreadLocalDebugInfo::_pop(kSession);
     throw;
   }
+  // TorchScript's optimized graphs lose the module hierarchy (and run the
+  // operators torch's eager mode runs anyway): off on this thread meanwhile.
+  session->graph_optimize = torch::jit::getGraphExecutorOptimize();
+  torch::jit::setGraphExecutorOptimize(false);
   FULMEN_CXX_CATCH(err, err_len)
 }
 
 // Ends the measurement fulmen_cxx_flops_begin started on this thread:
-// calls on_count(ctx, operator, flops) for every operator counted, and
-// sets *overflow when a count left 64 bits.
-int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, uint64_t), void* ctx, int* overflow, char* err,
-                         size_t err_len) {
+// calls on_count(ctx, NULL, operator, flops) for every operator counted,
+// then on_count(ctx, module, operator, flops) for every module's (each
+// module's operators in the order they were first counted), and sets
+// *overflow when a count left 64 bits.
+int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, const char*, uint64_t), void* ctx, int* overflow,
+                         char* err, size_t err_len) {
   FULMEN_CXX_TRY
   Session* open = current_session();
   if (open == nullptr) {
@@ -403,6 +522,7 @@ int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, uint64_t), void* c
   // Nothing more is counted, even when the pop below fails.
   at::removeCallback(open->handle);
   open->closed.store(true);
+  torch::jit::setGraphExecutorOptimize(open->graph_optimize);
   // Fails when the measured code left libtorch debug information of its
   // own above the measurement's (a profiler started and not stopped).
   auto session = std::dynamic_pointer_cast<Session>(c10::ThreadLocalDebugInfo::_pop(kSession));
@@ -411,10 +531,55 @@ int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, uint64_t), void* c
   }
   std::lock_guard<std::mutex> lock(session->mu);
   *overflow = session->overflow ? 1 : 0;
-  for (const auto& [name, n] : session->by_op) {
-    on_count(ctx, name.c_str(), n);
-  }
+  // Each module's operators in the order they were first counted.
+  auto in_order = [&](const std::string& module, const std::map<std::string, uint64_t>& ops) {
+    std::vector<std::pair<uint64_t, const std::string*>> order;
+    for (const auto& [name, n] : ops) order.emplace_back(session->first_added[{module, name}], &name);
+    std::sort(order.begin(), order.end());
+    for (const auto& [_, name] : order) {
+      on_count(ctx, module.empty() ? nullptr : module.c_str(), name->c_str(), ops.at(*name));
+    }
+  };
+  in_order(std::string(), session->by_op);
+  for (const auto& [module, ops] : session->by_module) in_order(module, ops);
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// Opens the scope of module `name` on this thread while it measures: the
+// root's class when no scope is open, else a child's path below the
+// innermost scope.
+int fulmen_cxx_flops_scope_push(const char* name, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::string full = t_scopes.empty() ? std::string(name) : joined(t_scopes.back(), name);
+  t_scopes.push_back(std::move(full));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Closes the innermost scope fulmen_cxx_flops_scope_push opened.
+void fulmen_cxx_flops_scope_pop(void) noexcept {
+  if (!t_scopes.empty()) t_scopes.pop_back();
+}
+
 }  // extern "C"
+
+namespace fulmen_cxx {
+
+bool flops_measuring() { return current_session() != nullptr; }
+
+const std::vector<std::string>* flops_program_modules(const std::vector<std::string>* paths) {
+  const std::vector<std::string>* old = t_program;
+  t_program = paths;
+  return old;
+}
+
+FlopThreadState flops_thread_state() {
+  return FlopThreadState{t_scopes, t_backward, torch::jit::getGraphExecutorOptimize()};
+}
+
+void set_flops_thread_state(const FlopThreadState& state) {
+  t_scopes = state.scopes;
+  t_backward = state.backward;
+  torch::jit::setGraphExecutorOptimize(state.graph_optimize);
+}
+
+}  // namespace fulmen_cxx

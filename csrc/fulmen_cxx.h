@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -74,6 +75,26 @@ inline std::string short_message(const char* what) {
   }
   return text;
 }
+
+// Whether a FLOP measurement is under way on this thread (csrc/flops.cpp).
+bool flops_measuring();
+
+// Sets the paths of the modules (relative to the innermost module scope,
+// outermost first) whose forward the program instruction running on this
+// thread belongs to, for FLOP counting by module; NULL for none. Returns
+// the previous setting, to be put back.
+const std::vector<std::string>* flops_program_modules(const std::vector<std::string>* paths);
+
+// The FLOP counter's state of a thread (its open module scopes, the
+// autograd nodes it runs, its graph executor optimization), lent to the
+// threads attached to a callback with the libtorch state.
+struct FlopThreadState {
+  std::vector<std::string> scopes;
+  std::vector<size_t> backward;
+  bool graph_optimize = true;
+};
+FlopThreadState flops_thread_state();
+void set_flops_thread_state(const FlopThreadState& state);
 
 }  // namespace fulmen_cxx
 

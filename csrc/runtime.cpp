@@ -15,6 +15,16 @@
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include "torch_version.hpp"
 
+namespace {
+
+// What fulmen_cxx_tls_capture captures.
+struct ThreadState {
+  at::ThreadLocalState torch;
+  fulmen_cxx::FlopThreadState flops;
+};
+
+}  // namespace
+
 extern "C" {
 
 // The version of the libtorch headers this shim was compiled against
@@ -122,19 +132,19 @@ int fulmen_cxx_cpu_rng_set_state(const void* state, char* err, size_t err_len) {
 // The calling thread's libtorch thread-local state (grad mode, inference
 // mode, autocast and the other local dispatch keys, autocast dtypes,
 // saved-tensor hooks, profiler callbacks), as at::launch carries it to
-// another thread: a heap `at::ThreadLocalState*`, freed with
-// fulmen_cxx_tls_free.
+// another thread, with the FLOP counter's (open module scopes): a heap
+// `ThreadState*`, freed with fulmen_cxx_tls_free.
 int fulmen_cxx_tls_capture(void** out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   TORCH_CHECK(out != nullptr, "tls_capture: out is NULL");
-  *out = new at::ThreadLocalState();
+  *out = new ThreadState{at::ThreadLocalState(), fulmen_cxx::flops_thread_state()};
   FULMEN_CXX_CATCH(err, err_len)
 }
 
 // Frees a state made by fulmen_cxx_tls_capture or fulmen_cxx_tls_apply
 // without applying it (NULL: nothing). Touches no thread-local variable,
 // so it may run while a thread exits.
-void fulmen_cxx_tls_free(void* state) { delete static_cast<at::ThreadLocalState*>(state); }
+void fulmen_cxx_tls_free(void* state) { delete static_cast<ThreadState*>(state); }
 
 // Makes `state` (from fulmen_cxx_tls_capture, only read) the calling
 // thread's thread-local state; the state it replaces goes to *previous, a
@@ -142,8 +152,10 @@ void fulmen_cxx_tls_free(void* state) { delete static_cast<at::ThreadLocalState*
 int fulmen_cxx_tls_apply(const void* state, void** previous, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   TORCH_CHECK(state != nullptr && previous != nullptr, "tls_apply: NULL argument");
-  auto before = std::make_unique<at::ThreadLocalState>();
-  at::ThreadLocalState::setThreadLocalState(*static_cast<const at::ThreadLocalState*>(state));
+  auto before = std::make_unique<ThreadState>(ThreadState{at::ThreadLocalState(), fulmen_cxx::flops_thread_state()});
+  const auto& lent = *static_cast<const ThreadState*>(state);
+  at::ThreadLocalState::setThreadLocalState(lent.torch);
+  fulmen_cxx::set_flops_thread_state(lent.flops);
   *previous = before.release();
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -151,10 +163,11 @@ int fulmen_cxx_tls_apply(const void* state, void** previous, char* err, size_t e
 // Makes `previous` (from fulmen_cxx_tls_apply on this thread) the calling
 // thread's thread-local state again, and frees it.
 int fulmen_cxx_tls_restore(void* previous, char* err, size_t err_len) {
-  std::unique_ptr<at::ThreadLocalState> owned(static_cast<at::ThreadLocalState*>(previous));
+  std::unique_ptr<ThreadState> owned(static_cast<ThreadState*>(previous));
   FULMEN_CXX_TRY
   TORCH_CHECK(owned != nullptr, "tls_restore: NULL argument");
-  at::ThreadLocalState::setThreadLocalState(*owned);
+  at::ThreadLocalState::setThreadLocalState(owned->torch);
+  fulmen_cxx::set_flops_thread_state(owned->flops);
   FULMEN_CXX_CATCH(err, err_len)
 }
 

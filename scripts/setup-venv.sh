@@ -28,9 +28,12 @@ wheels=${FULMEN_WHEELS:-$(dirname "$dest")/wheels}
 # without it. tensorboard with protobuf and absl-py (what its
 # EventAccumulator and torch's SummaryWriter import): Lightning's
 # TensorBoardLogger and the reader of tests/interop/logger_parity.py.
+# tabulate 0.9 (0.10 ignores the PRESERVE_WHITESPACE torch sets): the
+# tables of FlopCounterMode.get_table that tests/interop/flops_parity.py
+# compares.
 models=(timm==1.0.31 transformers==5.23.0 torchvision==0.28.0 pillow==13.0.0 huggingface-hub==2.4.0
   httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5 regex==2026.11.15
-  tokenizers==0.23.3 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1)
+  tokenizers==0.23.3 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1 tabulate==0.9.0)
 pip=("$dest/bin/python" -m pip --disable-pip-version-check --quiet)
 if [ -f "$stamp" ] && [ "$(cat "$models_stamp" 2>/dev/null)" = "${models[*]}" ]; then
   touch "$models_stamp"

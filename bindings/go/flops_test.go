@@ -2,6 +2,8 @@ package fulmen_test
 
 import (
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
@@ -42,5 +44,49 @@ func TestMeasureFlops(t *testing.T) {
 	})
 	if !errors.Is(err, fulmen.ErrInvalidState) {
 		t.Fatalf("a nested measurement: %v", err)
+	}
+}
+
+func TestMeasureFlopsByModule(t *testing.T) {
+	noLeaks(t)
+	m := mlp(t) // Linear(2, 16), Tanh, Linear(16, 2)
+	defer m.Close()
+	x := must(fulmen.Ones(fulmen.Float32, 5, 2))
+	defer x.Close()
+	const first, second = 2 * 5 * 2 * 16, 2 * 5 * 16 * 2
+	c := must(m.MeasureFlopsByModule(x, true))
+	defer c.Close()
+	modules := must(c.Modules())
+	if want := []string{"Global", "Sequential", "Sequential.0", "Sequential.2"}; !reflect.DeepEqual(modules, want) {
+		t.Fatalf("modules %v, want %v", modules, want)
+	}
+	if n, err := c.Total(""); err != nil || n != 2*first+3*second {
+		t.Fatalf("total: %d, %v", n, err)
+	}
+	if n, err := c.Total("Sequential.1"); err != nil || n != 0 {
+		t.Fatalf("Tanh: %d, %v", n, err)
+	}
+	ops := must(c.Operators("Sequential.2"))
+	if want := []fulmen.OperatorFlops{{"aten::addmm", second}, {"aten::mm", 2 * second}}; !reflect.DeepEqual(ops, want) {
+		t.Fatalf("operators %v, want %v", ops, want)
+	}
+	table := must(c.Table(-1))
+	if !strings.HasPrefix(table, "Module") || !strings.Contains(table, " Sequential.2 ") {
+		t.Fatalf("table:\n%s", table)
+	}
+	host := must(fulmen.MeasureFlopsByModule(func() error {
+		y := must(m.Forward(x))
+		defer y.Close()
+		s := must(y.Sum())
+		defer s.Close()
+		return s.Backward()
+	}))
+	defer host.Close()
+	if n, err := host.Total("Sequential.0"); err != nil || n != 2*first {
+		t.Fatalf("host, first layer: %d, %v", n, err)
+	}
+	failed := errors.New("the host failed")
+	if _, err := fulmen.MeasureFlopsByModule(func() error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("a failing function: %v", err)
 	}
 }

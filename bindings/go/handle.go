@@ -17,7 +17,7 @@ type cHandle interface {
 		*C.fulmen_trainer | *C.fulmen_trainer_options | *C.fulmen_accelerator |
 		*C.fulmen_strategy | *C.fulmen_precision | *C.fulmen_ddp | *C.fulmen_fsdp | *C.fulmen_metric |
 		*C.fulmen_lr_find_result | *C.fulmen_scaler | *C.fulmen_model_pruning | *C.fulmen_logger |
-		*C.fulmen_grad_scaler | *C.fulmen_datamodule
+		*C.fulmen_grad_scaler | *C.fulmen_datamodule | *C.fulmen_flop_counts
 }
 
 // cObject stands for the C object a handle points to (C memory, which the

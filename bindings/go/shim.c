@@ -559,6 +559,10 @@ fulmen_error *fulmen_go_measure_flops(uintptr_t handle, uint64_t *flops) {
     return fulmen_measure_flops(measured, (void *)handle, flops);
 }
 
+fulmen_error *fulmen_go_measure_flops_by_module(uintptr_t handle, fulmen_flop_counts **out) {
+    return fulmen_measure_flops_by_module(measured, (void *)handle, out);
+}
+
 static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {

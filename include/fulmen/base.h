@@ -182,6 +182,7 @@ struct fulmen_device_stat;
 struct fulmen_dist_store;
 struct fulmen_early_stopping_options;
 struct fulmen_error;
+struct fulmen_flop_counts;
 struct fulmen_fsdp;
 struct fulmen_grad_scaler;
 struct fulmen_hook_context;

@@ -121,6 +121,13 @@ typedef enum fulmen_fan_mode {
 } fulmen_fan_mode;
 
 /**
+ * The FLOPs a measurement counted, as PyTorch's `FlopCounterMode` keeps
+ * them: in total, by operator, and by module. Read-only; any thread may
+ * read it. Free with `fulmen_flop_counts_free`.
+ */
+typedef struct fulmen_flop_counts fulmen_flop_counts;
+
+/**
  * The module a host forward runs for: its tensors, children and mode.
  * Borrowed: valid only during the forward callback.
  */
@@ -388,6 +395,104 @@ struct fulmen_rnn_options fulmen_rnn_options_default(void);
 struct fulmen_transformer_options fulmen_transformer_options_default(void);
 
 /**
+ * Writes to `*out` the FLOPs counted for `module` (its name as
+ * `fulmen_flop_counts_module_name` gives it; NULL or "Global" for the whole
+ * measurement, `get_total_flops()`): 0 for a module that counted none.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_ARGUMENT (`module` not UTF-8).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_flop_counts_total(const struct fulmen_flop_counts *counts,
+                                              const char *module,
+                                              uint64_t *out);
+
+/**
+ * Writes to `*out` how many modules have counts: "Global" (index 0) and
+ * every module that counted FLOPs.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE.
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_flop_counts_num_modules(const struct fulmen_flop_counts *counts,
+                                                    size_t *out);
+
+/**
+ * Copies the name of module `index` NUL-terminated into `buf` as
+ * `fulmen_model_state_dict_name` does: "Global" at 0, then the modules in
+ * name order, each named as FlopCounterMode names it: the root module's
+ * class ("MLP"; a TorchScript module's class, an exported program's root
+ * class, or fulmen's type name, "Sequential"), then the state_dict path
+ * of each module below it ("MLP.net.0").
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_OUT_OF_RANGE (`index` past the modules, or `capacity` too
+ * small: `*len_out` is written).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_flop_counts_module_name(const struct fulmen_flop_counts *counts,
+                                                    size_t index,
+                                                    char *buf,
+                                                    size_t capacity,
+                                                    size_t *len_out);
+
+/**
+ * Writes to `*out` how many operators counted FLOPs in `module` (NULL or
+ * "Global": in the whole measurement); 0 for a module that counted none.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_ARGUMENT (`module` not UTF-8).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_flop_counts_num_operators(const struct fulmen_flop_counts *counts,
+                                                      const char *module,
+                                                      size_t *out);
+
+/**
+ * Copies the name of operator `index` of `module` (NULL or "Global": of
+ * the whole measurement; operators in the order they were first counted
+ * there, as torch's dicts keep them; "aten::mm") into `buf`
+ * as `fulmen_model_state_dict_name` does, and writes its FLOPs in that
+ * module to `*flops`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_ARGUMENT (`module` not UTF-8),
+ * FULMEN_CODE_OUT_OF_RANGE (`index` past the module's operators, or
+ * `capacity` too small: `*len_out` is written, `*flops` is not).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_flop_counts_operator(const struct fulmen_flop_counts *counts,
+                                                 const char *module,
+                                                 size_t index,
+                                                 char *buf,
+                                                 size_t capacity,
+                                                 size_t *len_out,
+                                                 uint64_t *flops);
+
+/**
+ * Copies the table PyTorch's `FlopCounterMode.get_table(depth)` prints
+ * into `buf` as `fulmen_model_state_dict_name` does: the modules at most
+ * `depth` names deep (2 is torch's default; SIZE_MAX for all) with their
+ * FLOPs, their operators' and their shares of the total, "Global" first
+ * when FLOPs fall outside the modules shown. Lines end in "\n", the last
+ * one without.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_OUT_OF_RANGE (`capacity` too small: `*len_out` is written).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_flop_counts_table(const struct fulmen_flop_counts *counts,
+                                              size_t depth,
+                                              char *buf,
+                                              size_t capacity,
+                                              size_t *len_out);
+
+/**
+ * Frees counts. NULL or an already freed handle is a no-op.
+ */
+void fulmen_flop_counts_free(struct fulmen_flop_counts *counts);
+
+/**
  * Runs `measured(userdata)` on the calling thread and writes to `*flops` the
  * floating-point operations of what it ran, counted as PyTorch's
  * `torch.utils.flop_counter.FlopCounterMode` counts them around the same
@@ -418,6 +523,48 @@ struct fulmen_transformer_options fulmen_transformer_options_default(void);
 struct fulmen_error *fulmen_measure_flops(fulmen_measure_fn measured,
                                           void *userdata,
                                           uint64_t *flops);
+
+/**
+ * `fulmen_measure_flops` keeping every count: writes to `*out` new
+ * counts by module and operator, as PyTorch's `FlopCounterMode` keeps
+ * them around the same code (`get_flop_counts()`). An operator counts
+ * for "Global" and for every module whose forward is open around it,
+ * and in backward for the modules its forward operator ran in. Modules
+ * are those fulmen runs: the children of a Sequential or a named
+ * container (by `fulmen_model_forward_child` or a host module's
+ * `fulmen_host_call_forward_child`), the submodules of a TorchScript
+ * module, and the modules an exported program recorded (its
+ * `nn_module_stack`); a built-in layer (a transformer layer, attention)
+ * is one module, where torch's counterparts may call modules of their
+ * own.
+ *
+ * Ownership: `userdata` stays the host's; `*out` is the caller's, freed
+ * with `fulmen_flop_counts_free`, written on success only.
+ *
+ * Errors: those of `fulmen_measure_flops`.
+ *
+ * Thread rules: as `fulmen_measure_flops`.
+ */
+struct fulmen_error *fulmen_measure_flops_by_module(fulmen_measure_fn measured,
+                                                    void *userdata,
+                                                    struct fulmen_flop_counts **out);
+
+/**
+ * `fulmen_model_measure_flops` keeping every count: writes to `*out` new
+ * counts by module and operator, as `fulmen_measure_flops_by_module`
+ * keeps them.
+ *
+ * Ownership: borrows `model` and `input`; `*out` is the caller's, freed
+ * with `fulmen_flop_counts_free`, written on success only.
+ *
+ * Errors: those of `fulmen_model_measure_flops`.
+ *
+ * Thread rules: any thread; the model is locked for the call.
+ */
+struct fulmen_error *fulmen_model_measure_flops_by_module(const struct fulmen_model *model,
+                                                          const struct fulmen_tensor *input,
+                                                          bool backward,
+                                                          struct fulmen_flop_counts **out);
 
 /**
  * Lightning's `measure_flops(model, lambda: model(input), lambda y:

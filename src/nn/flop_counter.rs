@@ -4,12 +4,16 @@
 //! the backward passes it starts, each counted with torch's formula from
 //! its shapes (`csrc/flops.cpp`). Tensors on the meta device are counted
 //! without computing, where libtorch has meta kernels for their operators.
+//! Counts are kept by module too, as the mode's ModuleTracker keeps them:
+//! fulmen's module tree opens a [`ModuleScope`] per module it runs while a
+//! measurement is under way on the thread.
 use super::module::Module;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::shim::{self, call};
 use libc::{c_char, c_void};
+use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use tch::Tensor;
 
 /// What a measurement counted.
@@ -20,6 +24,116 @@ pub struct FlopCounts {
     /// FLOPs by operator name ("aten::mm"), the operators that counted
     /// any (`get_flop_counts()["Global"]`).
     pub by_operator: BTreeMap<String, u64>,
+    /// FLOPs by module, then operator, as `get_flop_counts()` keeps them
+    /// without "Global": an operator counts for every module whose forward
+    /// was open around it (or, in backward, around the forward operator it
+    /// differentiates), named from the root's class by state_dict paths
+    /// ("MLP", "MLP.net", "MLP.net.0"). Modules that counted nothing are
+    /// left out.
+    pub by_module: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The operators of each module ("Global" too) in the order they
+    /// were first counted there, the order torch's dicts keep.
+    pub first_counted: BTreeMap<String, Vec<String>>,
+}
+
+impl FlopCounts {
+    /// The operators of `module` ("Global" for the whole measurement) and
+    /// their FLOPs, in the order they were first counted there.
+    pub fn operators(&self, module: &str) -> Vec<(&str, u64)> {
+        let ops = match module {
+            "Global" => Some(&self.by_operator),
+            m => self.by_module.get(m),
+        };
+        let (Some(ops), Some(order)) = (ops, self.first_counted.get(module)) else { return Vec::new() };
+        order.iter().filter_map(|op| ops.get(op).map(|n| (op.as_str(), *n))).collect()
+    }
+
+    /// The FLOPs counted for `module` ("Global" for the whole measurement,
+    /// as torch names it); 0 for a module that counted none.
+    pub fn module_total(&self, module: &str) -> Result<u64> {
+        let ops = match module {
+            "Global" => &self.by_operator,
+            m => match self.by_module.get(m) {
+                Some(ops) => ops,
+                None => return Ok(0),
+            },
+        };
+        ops.values()
+            .try_fold(0u64, |a, &b| a.checked_add(b))
+            .ok_or_else(|| Error::new(ErrorCode::OutOfRange, "the FLOP count exceeds 2^64 - 1"))
+    }
+}
+
+thread_local! {
+    /// The module scopes open on this thread while it measures; `None`
+    /// while it does not.
+    static SCOPES: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// How many module scopes a measuring thread has open (`None`: it does not
+/// measure), lent with the thread's state to threads attached to a callback.
+pub(crate) type ScopeDepth = Option<usize>;
+
+/// The calling thread's [`ScopeDepth`].
+pub(crate) fn scope_depth() -> ScopeDepth {
+    SCOPES.with(Cell::get)
+}
+
+/// Sets the calling thread's [`ScopeDepth`] (the shim's scopes are lent
+/// with libtorch's state); returns the one it had.
+pub(crate) fn set_scope_depth(depth: ScopeDepth) -> ScopeDepth {
+    SCOPES.with(|s| s.replace(depth))
+}
+
+/// A module's forward open for FLOP counting by module, closed on drop.
+/// Opens nothing unless the thread is measuring.
+#[must_use]
+pub(crate) struct ModuleScope {
+    open: bool,
+}
+
+impl ModuleScope {
+    /// The scope of a root module: its class (`class()`), when no scope is
+    /// open yet. `None` opens nothing (a TorchScript module names itself).
+    pub(crate) fn root(class: impl FnOnce() -> Option<String>) -> ModuleScope {
+        match SCOPES.with(Cell::get) {
+            Some(0) => class().map_or(ModuleScope { open: false }, |c| Self::push(&c)),
+            _ => ModuleScope { open: false },
+        }
+    }
+
+    /// The scope of the child at `path` (dotted) of the innermost open
+    /// module.
+    pub(crate) fn child(path: &str) -> ModuleScope {
+        match SCOPES.with(Cell::get) {
+            Some(_) => Self::push(path),
+            None => ModuleScope { open: false },
+        }
+    }
+
+    fn push(name: &str) -> ModuleScope {
+        let Ok(name) = CString::new(name) else { return ModuleScope { open: false } };
+        // SAFETY: a C string alive for the call; the shim writes at most
+        // `len` bytes of message.
+        let pushed = call("opening a module's FLOP scope", |err, len| unsafe {
+            shim::fulmen_cxx_flops_scope_push(name.as_ptr(), err, len)
+        });
+        if pushed.is_err() {
+            return ModuleScope { open: false };
+        }
+        SCOPES.with(|s| s.set(s.get().map(|n| n + 1)));
+        ModuleScope { open: true }
+    }
+}
+
+impl Drop for ModuleScope {
+    fn drop(&mut self) {
+        if self.open {
+            // SAFETY: closes the scope `push` opened on this thread.
+            unsafe { shim::fulmen_cxx_flops_scope_pop() };
+            SCOPES.with(|s| s.set(s.get().map(|n| n.saturating_sub(1))));
+        }
+    }
 }
 
 /// Ends a measurement on drop, so a failing or panicking `f` leaves none
@@ -38,12 +152,14 @@ impl Measuring {
                 e
             }
         })?;
+        SCOPES.with(|s| s.set(Some(0)));
         Ok(Measuring { ended: false })
     }
 
     /// Ends the measurement: its counts, and whether one left 64 bits.
     fn finish(&mut self) -> Result<(FlopCounts, bool)> {
         self.ended = true;
+        SCOPES.with(|s| s.set(None));
         let mut counts = FlopCounts::default();
         let mut overflow = 0;
         // SAFETY: `on_count` gets `counts` back as its context, on this
@@ -60,8 +176,12 @@ impl Measuring {
         if overflow {
             return Err(too_many());
         }
-        counts.total = counts.by_operator.values().try_fold(0u64, |a, &b| a.checked_add(b)).ok_or_else(too_many)?;
+        counts.total = counts.module_total("Global")?;
         counts.by_operator.retain(|_, n| *n > 0);
+        for ops in counts.by_module.values_mut() {
+            ops.retain(|_, n| *n > 0);
+        }
+        counts.by_module.retain(|_, ops| !ops.is_empty());
         Ok(counts)
     }
 }
@@ -74,13 +194,24 @@ impl Drop for Measuring {
     }
 }
 
-/// Receives one operator's count from the shim.
-unsafe extern "C" fn on_count(ctx: *mut c_void, name: *const c_char, flops: u64) {
-    // SAFETY: `ctx` is the `FlopCounts` `end` passed; `name` a C string
-    // valid for this call.
+/// Receives one operator's count from the shim: the global one when
+/// `module` is NULL.
+unsafe extern "C" fn on_count(ctx: *mut c_void, module: *const c_char, name: *const c_char, flops: u64) {
+    // SAFETY: `ctx` is the `FlopCounts` `end` passed; `module` (unless
+    // NULL) and `name` C strings valid for this call.
     let counts = unsafe { &mut *ctx.cast::<FlopCounts>() };
     let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-    counts.by_operator.insert(name, flops);
+    let module = match module.is_null() {
+        true => "Global".to_owned(),
+        false => unsafe { CStr::from_ptr(module) }.to_string_lossy().into_owned(),
+    };
+    let ops = match module.as_str() {
+        "Global" => &mut counts.by_operator,
+        _ => counts.by_module.entry(module.clone()).or_default(),
+    };
+    if ops.insert(name.clone(), flops).is_none() && flops > 0 {
+        counts.first_counted.entry(module).or_default().push(name);
+    }
 }
 
 /// Runs `f` and counts the FLOPs of what it runs on this thread (and of the

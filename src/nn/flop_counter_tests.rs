@@ -126,3 +126,36 @@ fn threads_measure_apart() {
     assert_eq!(a.join().unwrap(), 50 * 2 * 4 * 4 * 4);
     assert_eq!(b.join().unwrap(), 50 * 2 * 6 * 6 * 6);
 }
+
+#[test]
+fn counts_by_module_follow_the_modules_open_in_forward_and_backward() {
+    let m = mlp();
+    let x = Tensor::ones([32, 8], (Kind::Float, Device::Cpu));
+    let c = measure_model_flops(&m, &x, true).unwrap();
+    let first = 32 * 16 * 2 * 8;
+    let last = 32 * 4 * 2 * 16;
+    let ops = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    // The first layer's backward computes its weight's gradient only; the
+    // last one's its weight's and its input's.
+    assert_eq!(c.by_module["Sequential.0"], ops(&[("aten::addmm", first), ("aten::mm", first)]));
+    assert_eq!(c.by_module["Sequential.3"], ops(&[("aten::mm", 3 * last)]));
+    assert_eq!(c.by_module["Sequential"], c.by_operator, "the root holds everything");
+    assert_eq!(c.by_module.len(), 3, "BatchNorm and ReLU count nothing: {:?}", c.by_module.keys());
+    assert_eq!(c.module_total("Global").unwrap(), c.total);
+    assert_eq!(c.module_total("Sequential.3").unwrap(), 3 * last);
+    assert_eq!(c.module_total("Sequential.1").unwrap(), 0);
+}
+
+#[test]
+fn operators_outside_any_module_count_for_global_only() {
+    let m = mlp();
+    let (_, c) = measure_flops(|| {
+        let y = m.forward(&Tensor::ones([2, 8], (Kind::Float, Device::Cpu)))?;
+        let _ = y.matmul(&Tensor::ones([4, 3], (Kind::Float, Device::Cpu)));
+        Ok(())
+    })
+    .unwrap();
+    let outside = 2 * 3 * 2 * 4;
+    assert_eq!(c.total, c.module_total("Sequential").unwrap() + outside);
+    assert_eq!(c.by_module["Sequential.3"]["aten::mm"], 2 * 4 * 2 * 16);
+}

@@ -6,9 +6,10 @@ mod activation_checkpoint_tests;
 mod batch_norm_stats;
 mod compiled_step;
 mod exported;
-mod flop_counter;
+pub(crate) mod flop_counter;
 #[cfg(test)]
 mod flop_counter_tests;
+mod flop_table;
 mod freeze;
 mod host;
 pub mod init;

@@ -400,6 +400,7 @@ impl Module {
     /// Runs the module. A `Sequential` runs its children in order; a named
     /// container has no forward of its own (use `forward_child`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let _flops = self.flop_scope();
         let cast = self.unit_input(x)?;
         let x = cast.as_ref().unwrap_or(x);
         self.note_unit_inputs([x]);
@@ -468,6 +469,7 @@ impl Module {
             Node::Sequential(children) => {
                 let mut y = x.shallow_clone();
                 for (name, m) in children {
+                    let _flops = super::flop_counter::ModuleScope::child(name);
                     y = m.forward(&y).map_err(|e| e.context(format!("Sequential child {name} ({})", m.type_name())))?;
                 }
                 Ok(y)
@@ -502,6 +504,7 @@ impl Module {
     /// tensor along) take exactly one input. A TorchScript module's forward
     /// takes the inputs as its arguments; a tuple it returns is split.
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let _flops = self.flop_scope();
         let cast = inputs.iter().map(|i| i.map_or(Ok(None), |t| self.unit_input(t))).collect::<Result<Vec<_>>>()?;
         let inputs: Vec<Option<&Tensor>> = inputs.iter().zip(&cast).map(|(i, c)| c.as_ref().or(*i)).collect();
         let inputs = inputs.as_slice();
@@ -572,7 +575,20 @@ impl Module {
 
     /// Runs the descendant at a dotted path.
     pub fn forward_child(&self, path: &str, x: &Tensor) -> Result<Tensor> {
-        self.child(path)?.forward(x).map_err(|e| e.context(format!("child {path}")))
+        let child = self.child(path)?;
+        let _root = self.flop_scope();
+        let _flops = super::flop_counter::ModuleScope::child(path);
+        child.forward(x).map_err(|e| e.context(format!("child {path}")))
+    }
+
+    /// Opens this module's scope for FLOP counts by module when it runs
+    /// as the root of a measurement: named by its class. TorchScript and
+    /// exported modules name their own root.
+    pub(crate) fn flop_scope(&self) -> super::flop_counter::ModuleScope {
+        super::flop_counter::ModuleScope::root(|| match self.node {
+            Node::Script(_) | Node::Exported(_) => None,
+            _ => Some(self.type_name().to_owned()),
+        })
     }
 
     /// Switches this module and all descendants to training (`true`) or

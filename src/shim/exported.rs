@@ -125,4 +125,12 @@ extern "C" {
     ) -> c_int;
     pub(crate) fn fulmen_cxx_ep_alias(t: *const c_void) -> *mut c_void;
     pub(crate) fn fulmen_cxx_ep_aliases(p: *const c_void, index: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_ep_modules(
+        p: *mut c_void,
+        index: size_t,
+        paths: *const *const c_char,
+        n: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
 }

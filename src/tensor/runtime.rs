@@ -94,8 +94,12 @@ pub fn set_cpu_rng_state(state: &Tensor) -> Result<()> {
 
 /// One thread's libtorch thread-local state (grad mode, inference mode,
 /// autocast, saved-tensor hooks, profiler callbacks), captured to be lent
-/// to other threads, as `at::launch` does (`at::ThreadLocalState`).
-pub struct ThreadState(*mut c_void);
+/// to other threads, as `at::launch` does (`at::ThreadLocalState`), with
+/// the FLOP counter's (a measurement's open module scopes).
+pub struct ThreadState {
+    raw: *mut c_void,
+    flops: crate::nn::flop_counter::ScopeDepth,
+}
 
 // SAFETY: the captured state is only read after capture (`apply` copies
 // it), and reading it from several threads at once is what libtorch's own
@@ -110,7 +114,7 @@ impl ThreadState {
         let mut out: *mut c_void = std::ptr::null_mut();
         // SAFETY: `out` receives a heap state, which `ThreadState` owns.
         call("capture the thread state", |err, len| unsafe { shim::fulmen_cxx_tls_capture(&mut out, err, len) })?;
-        Ok(ThreadState(out))
+        Ok(ThreadState { raw: out, flops: crate::nn::flop_counter::scope_depth() })
     }
 
     /// Makes this state the calling thread's; the returned value puts the
@@ -120,16 +124,17 @@ impl ThreadState {
         // SAFETY: `self.0` is a live captured state, only read; `previous`
         // receives a heap state owned by the returned value.
         call("lend the thread state", |err, len| unsafe {
-            shim::fulmen_cxx_tls_apply(self.0, &mut previous, err, len)
+            shim::fulmen_cxx_tls_apply(self.raw, &mut previous, err, len)
         })?;
-        Ok(PreviousThreadState { state: previous, _not_send: std::marker::PhantomData })
+        let flops = crate::nn::flop_counter::set_scope_depth(self.flops);
+        Ok(PreviousThreadState { state: previous, flops, _not_send: std::marker::PhantomData })
     }
 }
 
 impl Drop for ThreadState {
     fn drop(&mut self) {
         // SAFETY: made by `capture`, freed once.
-        unsafe { shim::fulmen_cxx_tls_free(self.0) };
+        unsafe { shim::fulmen_cxx_tls_free(self.raw) };
     }
 }
 
@@ -138,6 +143,7 @@ impl Drop for ThreadState {
 /// freed (for a thread that is exiting).
 pub struct PreviousThreadState {
     state: *mut c_void,
+    flops: crate::nn::flop_counter::ScopeDepth,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -146,6 +152,7 @@ impl PreviousThreadState {
     /// saved on).
     pub fn restore(mut self) -> Result<()> {
         let state = std::mem::replace(&mut self.state, std::ptr::null_mut());
+        crate::nn::flop_counter::set_scope_depth(self.flops);
         // SAFETY: the heap state saved by `apply`; the shim frees it.
         call("restore the thread state", |err, len| unsafe { shim::fulmen_cxx_tls_restore(state, err, len) })
     }

@@ -270,6 +270,108 @@ static void test_measure_flops(void) {
     fulmen_model_free(m);
 }
 
+/* What test_flops_by_module measures: the child "enc" of the named
+ * container `ud`, run by path as a host's own forward would. */
+static fulmen_error *measured_child(void *ud) {
+    const int64_t shape[2] = {4, 3};
+    fulmen_tensor *x = NULL, *y = NULL, *loss = NULL;
+    fulmen_error *e = fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x);
+    if (!e) e = fulmen_model_forward_child(ud, "enc", x, &y);
+    if (!e) e = fulmen_tensor_sum(y, &loss);
+    if (!e) e = fulmen_tensor_backward(loss);
+    fulmen_tensor_free(loss);
+    fulmen_tensor_free(y);
+    fulmen_tensor_free(x);
+    return e;
+}
+
+/* FlopCounterMode's counts by module: "Global", the root by its class,
+ * children by path, the backward with its forward's modules; operators in
+ * the order first counted; the table; bad arguments. */
+static void test_flops_by_module(void) {
+    fulmen_model *seq = NULL, *l1 = NULL, *act = NULL, *l2 = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&seq));
+    CHECK_OK(fulmen_model_linear_new(3, 5, true, &l1));
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_RELU, 0, &act));
+    CHECK_OK(fulmen_model_linear_new(5, 2, true, &l2));
+    CHECK_OK(fulmen_model_push(seq, l1));
+    CHECK_OK(fulmen_model_push(seq, act));
+    CHECK_OK(fulmen_model_push(seq, l2));
+    const int64_t shape[2] = {4, 3};
+    fulmen_tensor *x = NULL;
+    CHECK_OK(fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x));
+    fulmen_flop_counts *c = NULL;
+    CHECK_OK(fulmen_model_measure_flops_by_module(seq, x, true, &c));
+    const uint64_t first = 2 * 4 * 5 * 3, second = 2 * 4 * 2 * 5;
+    size_t n = 0, len = 0;
+    char name[64];
+    CHECK_OK(fulmen_flop_counts_num_modules(c, &n));
+    CHECK(n == 4);
+    const char *want[4] = {"Global", "Sequential", "Sequential.0", "Sequential.2"};
+    for (size_t i = 0; i < 4 && i < n; i++) {
+        CHECK_OK(fulmen_flop_counts_module_name(c, i, name, sizeof name, &len));
+        CHECK(strcmp(name, want[i]) == 0 && len == strlen(want[i]));
+    }
+    uint64_t flops = 0;
+    CHECK_OK(fulmen_flop_counts_total(c, NULL, &flops));
+    CHECK(flops == 2 * first + 3 * second);
+    CHECK_OK(fulmen_flop_counts_total(c, "Sequential", &flops));
+    CHECK(flops == 2 * first + 3 * second);
+    /* The first layer's input needs no gradient: its weight's only. */
+    CHECK_OK(fulmen_flop_counts_total(c, "Sequential.0", &flops));
+    CHECK(flops == 2 * first);
+    CHECK_OK(fulmen_flop_counts_total(c, "Sequential.1", &flops));
+    CHECK(flops == 0);
+    CHECK_OK(fulmen_flop_counts_num_operators(c, "Sequential.2", &n));
+    CHECK(n == 2);
+    CHECK_OK(fulmen_flop_counts_operator(c, "Sequential.2", 0, name, sizeof name, &len, &flops));
+    CHECK(strcmp(name, "aten::addmm") == 0 && flops == second);
+    CHECK_OK(fulmen_flop_counts_operator(c, "Sequential.2", 1, name, sizeof name, &len, &flops));
+    CHECK(strcmp(name, "aten::mm") == 0 && flops == 2 * second);
+    CHECK_OK(fulmen_flop_counts_num_operators(c, "Sequential.9", &n));
+    CHECK(n == 0);
+    CHECK_ERR(fulmen_flop_counts_operator(c, "Sequential.2", 2, name, sizeof name, &len, &flops),
+              FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_ERR(fulmen_flop_counts_module_name(c, 4, name, sizeof name, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_ERR(fulmen_flop_counts_module_name(c, 2, name, 4, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK(len == strlen("Sequential.0"));
+    /* The table: its length first, then the text. */
+    CHECK_ERR(fulmen_flop_counts_table(c, 2, NULL, 0, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    char *table = malloc(len + 1);
+    CHECK(table != NULL);
+    CHECK_OK(fulmen_flop_counts_table(c, 2, table, len + 1, &len));
+    CHECK(strncmp(table, "Module", 6) == 0);
+    CHECK(strstr(table, "\nSequential  ") != NULL && strstr(table, "\n Sequential.0  ") != NULL);
+    CHECK(strstr(table, "Global") == NULL); /* the root holds every FLOP */
+    free(table);
+    CHECK_ERR(fulmen_flop_counts_total(NULL, NULL, &flops), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_flop_counts_total((fulmen_flop_counts *)g_tensor, NULL, &flops), FULMEN_CODE_INVALID_HANDLE,
+              NULL);
+    CHECK_ERR(fulmen_flop_counts_num_modules(c, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    fulmen_flop_counts_free(c);
+    CHECK_ERR(fulmen_flop_counts_num_modules(c, &n), FULMEN_CODE_INVALID_HANDLE, NULL);
+    fulmen_flop_counts_free(c);
+    fulmen_flop_counts_free(NULL);
+
+    /* A child run by path from the host's code, under a named container. */
+    fulmen_model *named = NULL;
+    CHECK_OK(fulmen_model_named_new(&named));
+    CHECK_OK(fulmen_model_add(named, "enc", seq));
+    c = NULL;
+    CHECK_OK(fulmen_measure_flops_by_module(measured_child, named, &c));
+    CHECK_OK(fulmen_flop_counts_total(c, "Module.enc.2", &flops));
+    CHECK(flops == 3 * second);
+    CHECK_OK(fulmen_flop_counts_total(c, "Module", &flops));
+    CHECK(flops == 2 * first + 3 * second);
+    fulmen_flop_counts_free(c);
+    c = NULL;
+    CHECK_ERR(fulmen_measure_flops_by_module(measured_failure, NULL, &c), FULMEN_CODE_CALLBACK, NULL);
+    CHECK(c == NULL);
+    CHECK_ERR(fulmen_model_measure_flops_by_module(named, x, true, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    fulmen_tensor_free(x);
+    fulmen_model_free(named);
+}
+
 /* Conv2d: default options, output shapes with stride / padding, the value
  * of a 3x3 kernel over ones (sum of weights + bias), bad configurations. */
 static void test_conv2d(void) {
@@ -1400,6 +1502,7 @@ int main(void) {
     test_load_corrupt();
     test_torchscript();
     test_measure_flops();
+    test_flops_by_module();
     test_free();
     fulmen_tensor_free(g_tensor);
     CHECK(rmdir(g_dir) == 0);

@@ -8,7 +8,10 @@
  *
  * Prints "forward N", "backward N" and "host N" lines, and for a float
  * input "backward_input N" (the input requiring a gradient, which the
- * backward then computes too). The input holds ones
+ * backward then computes too); then the counts by module of the backward
+ * and host measurements as "by_module (backward|host) MODULE OPERATOR N"
+ * lines, and the backward's FlopCounterMode table (depth 2) as lines
+ * starting "table|". The input holds ones
  * (FLOPs depend on shapes only). With --cuda the model and input are moved
  * to cuda:0 first (the GPU kit's flops-cuda: CUDA's attention kernels).
  */
@@ -43,6 +46,35 @@ static fulmen_error *forward_backward(void *userdata) {
     fulmen_tensor_free(loss);
     fulmen_tensor_free(y);
     return e;
+}
+
+/* Prints every module's operator counts (Global left out) as by_module lines. */
+static void print_by_module(const char *what, const fulmen_flop_counts *c) {
+    size_t modules = 0, len = 0;
+    char module[512], op[256];
+    TRY(fulmen_flop_counts_num_modules(c, &modules));
+    for (size_t i = 1; i < modules; i++) {
+        TRY(fulmen_flop_counts_module_name(c, i, module, sizeof module, &len));
+        size_t ops = 0;
+        TRY(fulmen_flop_counts_num_operators(c, module, &ops));
+        for (size_t k = 0; k < ops; k++) {
+            uint64_t n = 0;
+            TRY(fulmen_flop_counts_operator(c, module, k, op, sizeof op, &len, &n));
+            printf("by_module %s %s %s %llu\n", what, module, op, (unsigned long long)n);
+        }
+    }
+}
+
+/* Prints the table get_table(2) prints, each line after "table|". */
+static void print_table(const fulmen_flop_counts *c) {
+    size_t len = 0;
+    fulmen_error *e = fulmen_flop_counts_table(c, 2, NULL, 0, &len);
+    fulmen_error_free(e);
+    char *text = malloc(len + 1);
+    if (!text) exit(1);
+    TRY(fulmen_flop_counts_table(c, 2, text, len + 1, &len));
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) printf("table|%s\n", line);
+    free(text);
 }
 
 static fulmen_model *load(const char *path, const char *kind) {
@@ -89,6 +121,14 @@ int main(int argc, char **argv) {
     forward_call call = {model, x};
     TRY(fulmen_measure_flops(forward_backward, &call, &n));
     printf("host %llu\n", (unsigned long long)n);
+    fulmen_flop_counts *counts = NULL;
+    TRY(fulmen_model_measure_flops_by_module(model, x, true, &counts));
+    print_by_module("backward", counts);
+    print_table(counts);
+    fulmen_flop_counts_free(counts);
+    TRY(fulmen_measure_flops_by_module(forward_backward, &call, &counts));
+    print_by_module("host", counts);
+    fulmen_flop_counts_free(counts);
     if (dtype == FULMEN_DTYPE_F32) {
         TRY(fulmen_tensor_set_requires_grad(x, true));
         TRY(fulmen_model_measure_flops(model, x, true, &n));

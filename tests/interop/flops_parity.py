@@ -13,7 +13,11 @@ input requiring a gradient too). fulmen loads the same module as
 TorchScript and as a torch.export program and measures it through
 `fulmen_model_measure_flops`, and through
 `fulmen_measure_flops` around a host's forward and backward: every count
-must equal PyTorch's exactly. With --device cuda (the GPU kit's
+must equal PyTorch's exactly. The counts by module of the forward and
+backward (`fulmen_model_measure_flops_by_module`,
+`fulmen_measure_flops_by_module`) must equal those of torch's
+`FlopCounterMode.get_flop_counts()`, and fulmen's table its `get_table()`
+(tabulate 0.9, as the venv holds). With --device cuda (the GPU kit's
 flops-cuda) both sides run on cuda:0, where attention takes CUDA's fused
 kernels and their formulas.
 """
@@ -117,12 +121,41 @@ def torch_counts(module, x):
     return forward, backward, measure_flops(module, lambda: module(x_grad), lambda y: y.sum())
 
 
+def torch_by_module(module, x):
+    """FlopCounterMode around a forward and the backward of its sum: the
+    counts by module ("aten::mm" names, Global and zeros left out) and the
+    table of get_table(2)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as mode:
+        module(x).sum().backward()
+    module.zero_grad(set_to_none=True)
+    by_module = {}
+    for name, ops in mode.get_flop_counts().items():
+        kept = {str(op).replace(".", "::", 1): n for op, n in ops.items() if n}
+        if name != "Global" and kept:
+            by_module[name] = kept
+    return by_module, mode.get_table(2)
+
+
 def fulmen_counts(binary, device, path, kind, dtype, shape):
+    """The totals, the counts by module of the backward and host
+    measurements, and the table."""
     cuda = ["--cuda"] if device == "cuda" else []
     out = subprocess.run([binary, *cuda, path, kind, dtype, *map(str, shape)], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"flops_parity: {kind} {path} failed:\n{out.stderr}")
-    return {k: int(v) for k, v in (line.split() for line in out.stdout.split("\n") if line)}
+    totals, by_module, table = {}, {"backward": {}, "host": {}}, []
+    for line in out.stdout.split("\n"):
+        if line.startswith("table|"):
+            table.append(line[len("table|"):])
+        elif line.startswith("by_module "):
+            _, what, module, op, n = line.split()
+            by_module[what].setdefault(module, {})[op] = int(n)
+        elif line:
+            k, v = line.split()
+            totals[k] = int(v)
+    return totals, by_module, "\n".join(table)
 
 
 def main():
@@ -139,7 +172,10 @@ def main():
             module = build().train()
             x = torch.ones(shape, dtype=torch.long if dtype == "long" else torch.float32)
             forward, backward, backward_input = torch_counts(module.to(args.device), x.to(args.device))
+            want_modules, want_table = torch_by_module(module, x.to(args.device))
             module.to("cpu")
+            if len(want_modules) < 2:
+                sys.exit(f"flops_parity: {name}: PyTorch counted by {list(want_modules)} only")
             if forward <= 0 or backward <= forward:
                 sys.exit(f"flops_parity: {name}: PyTorch counted {forward} / {backward}")
             script = os.path.join(work, f"{name}.pt")
@@ -152,11 +188,17 @@ def main():
                     sys.exit(f"flops_parity: {name}: the input's gradient added nothing ({backward_input})")
                 want["backward_input"] = backward_input
             for kind, path in (("torchscript", script), ("exported", exported)):
-                got = fulmen_counts(args.binary, args.device, path, kind, dtype, shape)
+                got, got_modules, got_table = fulmen_counts(args.binary, args.device, path, kind, dtype, shape)
                 if got != want:
                     sys.exit(f"flops_parity: {name} as {kind}: fulmen counted {got}, PyTorch {want}")
-            print(f"flops_parity: {name}: {forward} forward, {backward} with backward, equal in fulmen "
-                  f"(TorchScript and torch.export, {args.device})")
+                for what, counted in got_modules.items():
+                    if counted != want_modules:
+                        sys.exit(f"flops_parity: {name} as {kind} ({what}): fulmen counted by module\n"
+                                 f"{counted}\nPyTorch\n{want_modules}")
+                if got_table != want_table:
+                    sys.exit(f"flops_parity: {name} as {kind}: fulmen's table\n{got_table}\nPyTorch's\n{want_table}")
+            print(f"flops_parity: {name}: {forward} forward, {backward} with backward, and by module over "
+                  f"{len(want_modules)} modules, equal in fulmen (TorchScript and torch.export, {args.device})")
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -67,6 +67,25 @@ TEST_F(ModelTest, MeasureFlopsAsFlopCounterMode) {
     EXPECT_EQ(fulmen::measure_flops([] {}), 0u);
 }
 
+TEST_F(ModelTest, MeasuresFlopsByModuleAsFlopCounterMode) {
+    Model m = fulmen_test::mlp();  // Linear(2, 16), ReLU, Linear(16, 2)
+    Tensor x = Tensor::ones({5, 2});
+    const std::uint64_t first = 2 * 5 * 2 * 16, second = 2 * 5 * 16 * 2;
+    fulmen::FlopCounts c = m.measure_flops_by_module(x);
+    EXPECT_EQ(c.modules(), (std::vector<std::string>{"Global", "Sequential", "Sequential.0", "Sequential.2"}));
+    EXPECT_EQ(c.total(), 2 * first + 3 * second);
+    EXPECT_EQ(c.total("Sequential.0"), 2 * first);
+    EXPECT_EQ(c.total("Sequential.1"), 0u);
+    using Ops = std::vector<std::pair<std::string, std::uint64_t>>;
+    EXPECT_EQ(c.operators("Sequential.2"), (Ops{{"aten::addmm", second}, {"aten::mm", 2 * second}}));
+    EXPECT_EQ(c.table().rfind("Module", 0), 0u);
+    EXPECT_NE(c.table(SIZE_MAX).find(" Sequential.2 "), std::string::npos);
+    fulmen::FlopCounts host = fulmen::measure_flops_by_module([&] { m.forward(x).sum().backward(); });
+    EXPECT_EQ(host.operators("Sequential.0"), c.operators("Sequential.0"));
+    EXPECT_THROW(fulmen::measure_flops_by_module([] { throw std::runtime_error("the host failed"); }),
+                 std::runtime_error);
+}
+
 TEST_F(ModelTest, ActivationCheckpointingKeepsTheOutputs) {
     Model m = fulmen_test::mlp();
     Tensor x = Tensor::randn({3, 2});

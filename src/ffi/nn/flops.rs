@@ -1,12 +1,14 @@
 //! FLOP counting (`torch.utils.flop_counter.FlopCounterMode`, Lightning's
 //! `measure_flops`): around a host function, or one forward (and backward)
 //! of a model.
-use crate::error::{Error, ErrorCode};
+use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::host_result;
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{check_out, write_out};
+use crate::ffi::nn::flop_counts::{emit_counts, fulmen_flop_counts};
 use crate::ffi::nn::model::{fulmen_model, lock, model_arg};
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg, TensorScope};
+use crate::nn::FlopCounts;
 use libc::c_void;
 
 /// The code `fulmen_measure_flops` measures: runs what is to be counted
@@ -48,17 +50,84 @@ pub unsafe extern "C" fn fulmen_measure_flops(
     flops: *mut u64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let f = measured.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `measured` is NULL"))?;
         check_out(flops, "flops")?;
-        let (_, counts) = crate::nn::measure_flops(|| {
-            let err = {
-                let _scope = TensorScope::enter();
-                // SAFETY: the host's function with its own userdata, on this thread.
-                unsafe { f(userdata) }
-            };
-            host_result(err, || "the measured function".to_string())
-        })?;
-        write_out(flops, "flops", counts.total)
+        write_out(flops, "flops", measure_host(measured, userdata)?.total)
+    })
+}
+
+/// Runs the host's measured function and counts what it ran.
+unsafe fn measure_host(measured: fulmen_measure_fn, userdata: *mut c_void) -> Result<FlopCounts> {
+    let f = measured.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `measured` is NULL"))?;
+    let (_, counts) = crate::nn::measure_flops(|| {
+        let err = {
+            let _scope = TensorScope::enter();
+            // SAFETY: the host's function with its own userdata, on this thread.
+            unsafe { f(userdata) }
+        };
+        host_result(err, || "the measured function".to_string())
+    })?;
+    Ok(counts)
+}
+
+/// One forward (and backward) of a model, counted.
+unsafe fn measure_model(model: *const fulmen_model, input: *const fulmen_tensor, backward: bool) -> Result<FlopCounts> {
+    let m = model_arg(model, "model")?;
+    let x = tensor_arg(input, "input")?;
+    let guard = lock(&m)?;
+    crate::nn::measure_model_flops(&guard, &x, backward)
+}
+
+/// `fulmen_measure_flops` keeping every count: writes to `*out` new
+/// counts by module and operator, as PyTorch's `FlopCounterMode` keeps
+/// them around the same code (`get_flop_counts()`). An operator counts
+/// for "Global" and for every module whose forward is open around it,
+/// and in backward for the modules its forward operator ran in. Modules
+/// are those fulmen runs: the children of a Sequential or a named
+/// container (by `fulmen_model_forward_child` or a host module's
+/// `fulmen_host_call_forward_child`), the submodules of a TorchScript
+/// module, and the modules an exported program recorded (its
+/// `nn_module_stack`); a built-in layer (a transformer layer, attention)
+/// is one module, where torch's counterparts may call modules of their
+/// own.
+///
+/// Ownership: `userdata` stays the host's; `*out` is the caller's, freed
+/// with `fulmen_flop_counts_free`, written on success only.
+///
+/// Errors: those of `fulmen_measure_flops`.
+///
+/// Thread rules: as `fulmen_measure_flops`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_measure_flops_by_module(
+    measured: fulmen_measure_fn,
+    userdata: *mut c_void,
+    out: *mut *mut fulmen_flop_counts,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        emit_counts(out, measure_host(measured, userdata)?)
+    })
+}
+
+/// `fulmen_model_measure_flops` keeping every count: writes to `*out` new
+/// counts by module and operator, as `fulmen_measure_flops_by_module`
+/// keeps them.
+///
+/// Ownership: borrows `model` and `input`; `*out` is the caller's, freed
+/// with `fulmen_flop_counts_free`, written on success only.
+///
+/// Errors: those of `fulmen_model_measure_flops`.
+///
+/// Thread rules: any thread; the model is locked for the call.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_measure_flops_by_module(
+    model: *const fulmen_model,
+    input: *const fulmen_tensor,
+    backward: bool,
+    out: *mut *mut fulmen_flop_counts,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        emit_counts(out, measure_model(model, input, backward)?)
     })
 }
 
@@ -93,10 +162,6 @@ pub unsafe extern "C" fn fulmen_model_measure_flops(
 ) -> *mut fulmen_error {
     guard!(|| {
         check_out(flops, "flops")?;
-        let m = model_arg(model, "model")?;
-        let x = tensor_arg(input, "input")?;
-        let guard = lock(&m)?;
-        let counts = crate::nn::measure_model_flops(&guard, &x, backward)?;
-        write_out(flops, "flops", counts.total)
+        write_out(flops, "flops", measure_model(model, input, backward)?.total)
     })
 }

@@ -3,6 +3,7 @@
 //! `src/ffi/options_table.rs`.
 #[rustfmt::skip]
 pub mod gen_options;
+pub mod flop_counts;
 pub mod flops;
 pub mod host_module;
 pub mod init;

@@ -709,7 +709,11 @@ pub(crate) unsafe fn forward_multi_into(
         (0..n_inputs).map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]"))).collect::<Result<Vec<_>>>()?;
     let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
     let child = module.child(path)?;
-    let run = || child.forward_multi(&refs).map_err(|e| in_child(e, path));
+    let run = || {
+        let _root = module.flop_scope();
+        let _flops = (!path.is_empty()).then(|| crate::nn::flop_counter::ModuleScope::child(path));
+        child.forward_multi(&refs).map_err(|e| in_child(e, path))
+    };
     emit_list(outs, capacity, count_out, child.num_outputs()?, run)
 }
 

@@ -148,6 +148,10 @@ pub(crate) struct Graph {
     pub(crate) outputs: Vec<(Arg, OutputRole)>,
     pub(crate) in_spec: TreeSpec,
     pub(crate) out_spec: TreeSpec,
+    /// The root module's class without its Python module ("MLP" for
+    /// `flops_parity.MLP`), from the nodes' `nn_module_stack`; "Module"
+    /// when no node names it.
+    pub(crate) root_class: String,
 }
 
 /// The c10::ScalarType code of a serialized dtype.
@@ -384,6 +388,18 @@ fn module_stack(v: &Json) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The class of the root module in a node's `nn_module_stack` (the item
+/// whose path is empty), without its Python module.
+fn root_class(v: &Json) -> Option<String> {
+    let text = v.get("metadata")?.get("nn_module_stack")?.as_str()?;
+    text.split(';').find_map(|item| {
+        let (_, rest) = item.split_once(',')?;
+        let (path, class) = rest.rsplit_once(',')?;
+        let name = class.rsplit('.').next()?;
+        (state_dict_path(path).is_empty() && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
 /// A module path as state_dict names it: `L['self'].blocks[0]` and
 /// `L__self__.blocks.0` become `blocks.0`.
 fn state_dict_path(path: &str) -> String {
@@ -572,14 +588,16 @@ pub(crate) fn read(doc: &Json) -> Result<Graph> {
         .iter()
         .map(output_role)
         .collect::<Result<Vec<_>>>()?;
-    let nodes = json::array(json::field(graph, "nodes")?, "nodes")?.iter().map(node).collect::<Result<Vec<_>>>()?;
+    let raw_nodes = json::array(json::field(graph, "nodes")?, "nodes")?;
+    let root_class = raw_nodes.iter().find_map(root_class).unwrap_or_else(|| "Module".to_owned());
+    let nodes = raw_nodes.iter().map(node).collect::<Result<Vec<_>>>()?;
     let nodes = inline_subgraphs(nodes, &mut 0)?;
     let calls = json::array(json::field(module, "module_call_graph")?, "the module call graph")?;
     let top = calls.first().ok_or_else(|| Error::format("the module call graph is empty"))?;
     let call_sig = json::field(top, "signature")?;
     let in_spec = TreeSpec::parse(&json::string(json::field(call_sig, "in_spec")?, "in_spec")?)?;
     let out_spec = TreeSpec::parse(&json::string(json::field(call_sig, "out_spec")?, "out_spec")?)?;
-    Ok(Graph { inputs, nodes, outputs, in_spec, out_spec })
+    Ok(Graph { inputs, nodes, outputs, in_spec, out_spec, root_class })
 }
 
 #[cfg(test)]
@@ -616,6 +634,9 @@ mod tests {
         );
         assert!(module_stack(&serde_json::json!({})).is_empty(), "no metadata: the root");
         assert!(module_stack(&node("garbage;;,")).is_empty());
+        let stack = "L__self__,,flops_parity.MLP;L__self__net,net,torch.nn.modules.container.Sequential";
+        assert_eq!(root_class(&node(stack)).as_deref(), Some("MLP"));
+        assert_eq!(root_class(&node("L__self__net,net,Sequential")), None, "no root item");
     }
 
     #[test]

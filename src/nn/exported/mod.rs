@@ -226,6 +226,7 @@ impl ExportedModule {
         }
         let k = self.program_index(method)?;
         let (p, events) = (&self.programs[k], self.inner_events.get(k));
+        let _root = super::flop_counter::ModuleScope::root(|| Some(p.root_class.clone()));
         let user = p.user_inputs(args)?;
         let device = self.device()?;
         let mut inputs = Vec::with_capacity(p.inputs.len());

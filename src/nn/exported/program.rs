@@ -3,13 +3,13 @@
 //! slots or hold constants, and each instruction frees the slots no later
 //! one reads. Running flattens the caller's arguments into the program's
 //! inputs, runs the instructions and nests the results back.
-use super::graph::{Arg, Graph, InputRole, Output, OutputRole, Sym, Target};
+use super::graph::{Arg, Graph, InputRole, Node, Output, OutputRole, Sym, Target};
 use super::pytree::TreeSpec;
 use crate::error::{Error, Result};
 use crate::nn::script_value::CxxValue;
 use crate::nn::Value;
 use crate::shim::{self, call, ArgKind, EpArg};
-use libc::c_void;
+use libc::{c_char, c_void};
 use std::collections::HashMap;
 use std::ffi::CString;
 use tch::Tensor;
@@ -74,6 +74,8 @@ pub(crate) struct Program {
     /// Which instruction reads and defines which slot, and in which module
     /// it runs: what FSDP units inside the program are planned from.
     pub(crate) layout: Layout,
+    /// The root module's class (FLOP counts by module name modules from it).
+    pub(crate) root_class: String,
 }
 
 /// The data flow of a compiled program, instruction by instruction.
@@ -289,6 +291,7 @@ impl Program {
         for (i, node) in graph.nodes.iter().enumerate() {
             let what = format!("{name}: node {i} ({})", node.name);
             Self::add_node(&raw, node, &node_outs[i], &drops[i], &slots, &what)?;
+            Self::name_modules(&raw, i, node, &what)?;
         }
         let mut layout = Layout::default();
         let mut seen_modules = std::collections::HashSet::new();
@@ -352,6 +355,7 @@ impl Program {
             )));
         }
         Ok(Program {
+            root_class: graph.root_class.clone(),
             name: name.to_owned(),
             raw: std::sync::Arc::new(raw),
             inputs,
@@ -442,6 +446,25 @@ impl Program {
             }
         }
         Ok(out)
+    }
+
+    /// Names the modules instruction `i` ran in (its `nn_module_stack`'s
+    /// paths), for FLOP counts by module.
+    fn name_modules(raw: &RawProgram, i: usize, node: &Node, what: &str) -> Result<()> {
+        if node.modules.is_empty() {
+            return Ok(());
+        }
+        let paths = node
+            .modules
+            .iter()
+            .map(|(p, _)| {
+                CString::new(p.as_str()).map_err(|_| Error::format(format!("{what}: a module path holds NUL")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+        // SAFETY: a live program, `i` one of its instructions, and C strings
+        // alive for the call.
+        call(what, |err, len| unsafe { shim::fulmen_cxx_ep_modules(raw.0, i, ptrs.as_ptr(), ptrs.len(), err, len) })
     }
 
     /// Runs the program on `inputs` (one tensor per entry of

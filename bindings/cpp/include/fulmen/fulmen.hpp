@@ -65,6 +65,7 @@
 #include "distributed.hpp"
 #include "error.hpp"
 #include "fabric.hpp"
+#include "flop_counts.hpp"
 #include "handle.hpp"
 #include "hooks.hpp"
 #include "host_module.hpp"

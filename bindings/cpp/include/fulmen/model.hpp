@@ -1,6 +1,7 @@
 // fulmen C++ binding: models (layer trees and TorchScript modules).
 #pragma once
 
+#include "flop_counts.hpp"
 #include "tensor.hpp"
 #include "value.hpp"
 
@@ -367,6 +368,13 @@ public:
         return detail::read<std::uint64_t>(
             [&](std::uint64_t* o) { return fulmen_model_measure_flops(get(), input.get(), backward, o); });
     }
+    /// measure_flops keeping every count (fulmen_model_measure_flops_by_module):
+    /// by module and operator, as FlopCounterMode's get_flop_counts().
+    FlopCounts measure_flops_by_module(const Tensor& input, bool backward = true) const {
+        fulmen_flop_counts* out = nullptr;
+        check(fulmen_model_measure_flops_by_module(get(), input.get(), backward, &out));
+        return FlopCounts::adopt(out);
+    }
     /// Runs the child at `path` ("encoder" or "encoder.0") on `input`.
     Tensor forward_child(const std::string& path, const Tensor& input) const {
         return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_forward_child(get(), path.c_str(), input.get(), o); });
@@ -512,6 +520,18 @@ std::uint64_t measure_flops(Fn&& code) {
     detail::clear_pending_exception();
     check(fulmen_measure_flops(&detail::MeasuredCall<Fn>::call, &call, &flops));
     return flops;
+}
+
+/// measure_flops keeping every count (fulmen_measure_flops_by_module): by
+/// module and operator, as FlopCounterMode's get_flop_counts() and
+/// get_table().
+template <class Fn>
+FlopCounts measure_flops_by_module(Fn&& code) {
+    detail::MeasuredCall<Fn> call{code};
+    fulmen_flop_counts* out = nullptr;
+    detail::clear_pending_exception();
+    check(fulmen_measure_flops_by_module(&detail::MeasuredCall<Fn>::call, &call, &out));
+    return FlopCounts::adopt(out);
 }
 
 }  // namespace fulmen
