@@ -9,7 +9,9 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Generator.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -288,6 +290,12 @@ int fulmen_cxx_checkpoint(fulmen_cxx_forward_fn forward, void* ctx, void (*drop)
   variable_list outputs;
   if (at::GradMode::is_enabled()) {
     in.push_back(at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true));
+    // Names the autograd node for observers, as Python's custom Functions
+    // do: FLOP counts by module find the node's module by this number.
+    at::RecordFunction record(at::RecordScope::FUNCTION);
+    if (record.isActive()) {
+      record.before("fulmen::checkpoint", c10::ArrayRef<const c10::IValue>{}, at::sequence_number::peek());
+    }
     // A TensorList, which autograd takes as inputs (a vector is not).
     outputs = Checkpointed::apply(at::TensorList(in), rec);
   } else {

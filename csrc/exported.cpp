@@ -695,6 +695,8 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
   } module_scope;
   torch::jit::Stack stack;
   for (size_t at = 0; at < p.instrs.size(); ++at) {
+    // A sharding hook's work belongs to no instruction's modules.
+    if (module_scope.on) fulmen_cxx::flops_program_modules(nullptr);
     fire_events(at);
     const Instr& in = p.instrs[at];
     if (module_scope.on) fulmen_cxx::flops_program_modules(&in.modules);

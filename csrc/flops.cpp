@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -42,6 +43,7 @@
 #include <ATen/record_function.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include "torch_version.hpp"
@@ -101,9 +103,40 @@ thread_local std::vector<std::string> t_scopes;
 thread_local const std::vector<std::string>* t_program = nullptr;
 // The module sets of the autograd nodes running on this thread, innermost last.
 thread_local std::vector<size_t> t_backward;
+// The TorchScript module running as the outermost one on this thread.
+thread_local const torch::jit::Module* t_script_root = nullptr;
 
 std::string joined(const std::string& base, const std::string& name) {
   return base.empty() ? name : base + "." + name;
+}
+
+// The submodule `name` of `m`, if it has one.
+std::optional<torch::jit::Module> child_module(const torch::jit::Module& m, const std::string& name) {
+  if (!m.hasattr(name)) return std::nullopt;
+  c10::IValue v = m.attr(name);
+  if (!v.isModule()) return std::nullopt;
+  return v.toModule();
+}
+
+// The path below `m` of the submodule TorchScript's hierarchy calls `name`:
+// `name` itself, or, for an item of a ModuleList or ModuleDict (which have
+// no forward, so the hierarchy leaves them out), "container.name". Moves
+// `m` to it; resets it when the path cannot be found.
+std::string submodule_path(std::optional<torch::jit::Module>& m, const std::string& name) {
+  if (!m) return name;
+  if (auto child = child_module(*m, name)) {
+    m = child;
+    return name;
+  }
+  for (const auto& item : m->named_children()) {
+    if (item.value.find_method("forward")) continue;
+    if (auto child = child_module(item.value, name)) {
+      m = child;
+      return item.name + "." + name;
+    }
+  }
+  m.reset();
+  return name;
 }
 
 // The modules open around an operator running now on this thread, outside
@@ -118,6 +151,8 @@ std::vector<std::string> open_modules() {
   // TorchScript: "TOP(Class)::forward", then "child(Class)::forward", ...
   // An optimized graph's operators say "TOP()::<forward op>": no modules.
   std::vector<std::string> frames = torch::jit::currentModuleHierarchy();
+  std::optional<torch::jit::Module> at;
+  if (t_script_root != nullptr) at = *t_script_root;
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string& f = frames[i];
     size_t open = f.find('('), close = f.find(')', open == std::string::npos ? 0 : open);
@@ -132,7 +167,7 @@ std::vector<std::string> open_modules() {
       continue;
     }
     if (instance == "SELF") continue;  // a method of the same module
-    base = joined(base, instance);
+    base = joined(base, submodule_path(at, instance));
     names.push_back(base);
   }
   return names;
@@ -569,6 +604,12 @@ bool flops_measuring() { return current_session() != nullptr; }
 const std::vector<std::string>* flops_program_modules(const std::vector<std::string>* paths) {
   const std::vector<std::string>* old = t_program;
   t_program = paths;
+  return old;
+}
+
+const void* flops_script_root(const void* module) {
+  const torch::jit::Module* old = t_script_root;
+  t_script_root = static_cast<const torch::jit::Module*>(module);
   return old;
 }
 

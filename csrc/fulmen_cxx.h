@@ -85,6 +85,11 @@ bool flops_measuring();
 // the previous setting, to be put back.
 const std::vector<std::string>* flops_program_modules(const std::vector<std::string>* paths);
 
+// Sets the TorchScript module (a `torch::jit::Module*`) this thread runs
+// as the outermost one, for naming its submodules in FLOP counts by
+// module; NULL for none. Returns the previous setting, to be put back.
+const void* flops_script_root(const void* module);
+
 // The FLOP counter's state of a thread (its open module scopes, the
 // autograd nodes it runs, its graph executor optimization), lent to the
 // threads attached to a callback with the libtorch state.

@@ -132,7 +132,8 @@ int fulmen_cxx_cpu_rng_set_state(const void* state, char* err, size_t err_len) {
 // The calling thread's libtorch thread-local state (grad mode, inference
 // mode, autocast and the other local dispatch keys, autocast dtypes,
 // saved-tensor hooks, profiler callbacks), as at::launch carries it to
-// another thread, with the FLOP counter's (open module scopes): a heap
+// another thread, with the FLOP counter's (open module scopes and autograd
+// nodes, the graph executor's optimization): a heap
 // `ThreadState*`, freed with fulmen_cxx_tls_free.
 int fulmen_cxx_tls_capture(void** out, char* err, size_t err_len) {
   FULMEN_CXX_TRY

@@ -62,6 +62,7 @@ func (c *FlopCounts) Total(module string) (uint64, error) {
 
 // Modules are the modules with counts: "Global" first, then in name order.
 func (c *FlopCounts) Modules() ([]string, error) {
+	defer runtime.KeepAlive(c)
 	var n C.size_t
 	if err := check(C.fulmen_flop_counts_num_modules(c.ptr(), &n)); err != nil {
 		return nil, err
@@ -76,7 +77,6 @@ func (c *FlopCounts) Modules() ([]string, error) {
 		}
 		out = append(out, s)
 	}
-	runtime.KeepAlive(c)
 	return out, nil
 }
 

@@ -529,7 +529,12 @@ struct fulmen_error *fulmen_measure_flops(fulmen_measure_fn measured,
  * counts by module and operator, as PyTorch's `FlopCounterMode` keeps
  * them around the same code (`get_flop_counts()`). An operator counts
  * for "Global" and for every module whose forward is open around it,
- * and in backward for the modules its forward operator ran in. Modules
+ * and in backward for the modules the forward operator it differentiates
+ * ran in (inside a checkpointed module, the recomputation and its
+ * backward count for that module). Torch's ModuleTracker decides the
+ * backward's modules by gradient hooks instead; the two agree on the
+ * models `tests/interop/flops_parity.py` checks, and may differ where a
+ * module's inputs need no gradient in the middle of a network. Modules
  * are those fulmen runs: the children of a Sequential or a named
  * container (by `fulmen_model_forward_child` or a host module's
  * `fulmen_host_call_forward_child`), the submodules of a TorchScript
@@ -573,8 +578,10 @@ struct fulmen_error *fulmen_model_measure_flops_by_module(const struct fulmen_mo
  * model's trainable parameters (and to `input` when it requires a
  * gradient, as `.backward()` reaches it), counted as
  * `fulmen_measure_flops` counts.
- * The model's state is left as it was: no gradient is written (the
- * backward hands them back, as `torch.autograd.grad`), its buffers
+ * The model's state is left as it was: its gradients and the input's
+ * are put back as they were (the backward's own are dropped; modules with
+ * activation checkpointing run their forward again in it, and that
+ * counts), its buffers
  * (BatchNorm statistics) and the CPU's random state are put back; a CUDA
  * generator advances as after any forward with dropout. Divide by the
  * batch's samples for FLOPs per sample, or pass the count

@@ -229,25 +229,23 @@ pub fn measure_flops<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, FlopCounts)
 /// the FLOPs of one forward of `model` on `input`, and with `backward` of
 /// the backward of its output's sum (to every leaf that needs a gradient:
 /// the trainable parameters, and the input when it needs one). The
-/// model's gradients are not touched (the backward returns them, as
-/// `torch.autograd.grad` does), and its buffers (BatchNorm statistics) and
+/// gradients of the model and the input are put back as they were (the
+/// backward writes its own, then dropped), and its buffers (BatchNorm statistics) and
 /// the CPU's random state are put back, so a measurement changes nothing
 /// a later step computes. A CUDA generator advances as after a forward with
 /// dropout.
 pub fn measure_model_flops(model: &Module, input: &Tensor, backward: bool) -> Result<FlopCounts> {
-    let state = Untouched::take(model)?;
+    let state = Untouched::take(model, input)?;
     let (_, counts) = measure_flops(|| {
         let y = model.forward(input)?;
         if backward {
-            // `.backward()` reaches every leaf that needs a gradient: the
-            // trainable parameters, and the input when it needs one.
-            let mut leaves: Vec<Tensor> = model.parameters().into_iter().filter(Tensor::requires_grad).collect();
-            if input.requires_grad() {
-                leaves.push(input.shallow_clone());
-            }
+            // `.backward()`, as Lightning's loss_fn(model(x)).backward():
+            // every leaf that needs a gradient gets one, those inside
+            // checkpointed modules too (their node's inner backward writes
+            // them); `Untouched` hands the gradients back as they were.
             let loss = y.f_sum(y.kind())?;
-            if !leaves.is_empty() && loss.requires_grad() {
-                Tensor::f_run_backward(&[loss], &leaves, false, false)?;
+            if loss.requires_grad() {
+                loss.f_backward()?;
             }
         }
         Ok(())
@@ -256,19 +254,30 @@ pub fn measure_model_flops(model: &Module, input: &Tensor, backward: bool) -> Re
     Ok(counts)
 }
 
-/// A model's buffers and the CPU's random state, put back by `restore` or,
-/// on an early return or a panic, when dropped.
+/// A model's buffers and gradients (and the input's gradient) and the
+/// CPU's random state, put back by `restore` or, on an early return or a
+/// panic, when dropped. The gradients are set aside (none while measuring),
+/// so a backward writes new ones and leaves them as they were.
 struct Untouched {
     buffers: Vec<(Tensor, Tensor)>,
+    grads: Vec<(Tensor, Option<Tensor>)>,
     rng: Tensor,
     restored: bool,
 }
 
 impl Untouched {
-    fn take(model: &Module) -> Result<Untouched> {
+    fn take(model: &Module, input: &Tensor) -> Result<Untouched> {
         let buffers = model.named_buffers().into_iter().map(|(_, b)| (b.shallow_clone(), b.detach().copy())).collect();
         let rng = crate::tensor::runtime::cpu_rng_state().ctx("the random state")?;
-        Ok(Untouched { buffers, rng, restored: false })
+        let mut untouched = Untouched { buffers, grads: Vec::new(), rng, restored: false };
+        let leaves = model.parameters().into_iter().chain(input.requires_grad().then(|| input.shallow_clone()));
+        for leaf in leaves {
+            let g = leaf.grad();
+            let saved = g.defined().then_some(g);
+            crate::tensor::grad::set_grad(&leaf, None)?;
+            untouched.grads.push((leaf, saved));
+        }
+        Ok(untouched)
     }
 
     fn put_back(&mut self) -> Result<()> {
@@ -279,6 +288,9 @@ impl Untouched {
             }
             Ok(())
         })?;
+        for (leaf, saved) in &self.grads {
+            crate::tensor::grad::set_grad(leaf, saved.as_ref())?;
+        }
         crate::tensor::runtime::set_cpu_rng_state(&self.rng).ctx("restoring the random state")
     }
 

@@ -159,3 +159,22 @@ fn operators_outside_any_module_count_for_global_only() {
     assert_eq!(c.total, c.module_total("Sequential").unwrap() + outside);
     assert_eq!(c.by_module["Sequential.3"]["aten::mm"], 2 * 4 * 2 * 16);
 }
+
+#[test]
+fn a_checkpointed_module_counts_its_recomputation_and_backward() {
+    let mut m = mlp();
+    m.set_activation_checkpointing("0", true).unwrap();
+    let x = Tensor::ones([32, 8], (Kind::Float, Device::Cpu));
+    // A gradient the host holds is handed back untouched.
+    let weight = m.parameters().remove(0);
+    let held = Tensor::full([16, 8], 3.0, (Kind::Float, Device::Cpu));
+    crate::tensor::grad::set_grad(&weight, Some(&held)).unwrap();
+    let c = measure_model_flops(&m, &x, true).unwrap();
+    assert!(weight.grad().equal(&Tensor::full([16, 8], 3.0, (Kind::Float, Device::Cpu))));
+    assert!(m.parameters()[1..].iter().all(|p| !p.grad().defined()), "no gradient is written");
+    let first = 32 * 16 * 2 * 8;
+    let ops = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    // Its forward runs again in backward, then its weight's gradient.
+    assert_eq!(c.by_module["Sequential.0"], ops(&[("aten::addmm", 2 * first), ("aten::mm", first)]));
+    assert_eq!(c.by_module["Sequential"], c.by_operator);
+}

@@ -95,7 +95,8 @@ pub fn set_cpu_rng_state(state: &Tensor) -> Result<()> {
 /// One thread's libtorch thread-local state (grad mode, inference mode,
 /// autocast, saved-tensor hooks, profiler callbacks), captured to be lent
 /// to other threads, as `at::launch` does (`at::ThreadLocalState`), with
-/// the FLOP counter's (a measurement's open module scopes).
+/// the FLOP counter's (a measurement's open module scopes and autograd
+/// nodes, and the graph executor's optimization, off while measuring).
 pub struct ThreadState {
     raw: *mut c_void,
     flops: crate::nn::flop_counter::ScopeDepth,

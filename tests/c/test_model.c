@@ -209,13 +209,13 @@ static void test_linear(void) {
     fulmen_model_free(nb);
 }
 
-/* What test_measure_flops measures: a forward of the model `ud` on ones
- * and the backward of its sum, as a host's step runs them. */
-static fulmen_error *measured_step(void *ud) {
+/* A forward of `m` (of its child at `child` when not NULL) on ones and the
+ * backward of its sum, as a host's step runs them. */
+static fulmen_error *ones_forward_backward(fulmen_model *m, const char *child) {
     const int64_t shape[2] = {4, 3};
     fulmen_tensor *x = NULL, *y = NULL, *loss = NULL;
     fulmen_error *e = fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x);
-    if (!e) e = fulmen_model_forward(ud, x, &y);
+    if (!e) e = child ? fulmen_model_forward_child(m, child, x, &y) : fulmen_model_forward(m, x, &y);
     if (!e) e = fulmen_tensor_sum(y, &loss);
     if (!e) e = fulmen_tensor_backward(loss);
     fulmen_tensor_free(loss);
@@ -223,6 +223,9 @@ static fulmen_error *measured_step(void *ud) {
     fulmen_tensor_free(x);
     return e;
 }
+
+/* What test_measure_flops measures: a step of the model `ud`. */
+static fulmen_error *measured_step(void *ud) { return ones_forward_backward(ud, NULL); }
 
 static fulmen_error *measured_failure(void *ud) {
     (void)ud;
@@ -272,18 +275,7 @@ static void test_measure_flops(void) {
 
 /* What test_flops_by_module measures: the child "enc" of the named
  * container `ud`, run by path as a host's own forward would. */
-static fulmen_error *measured_child(void *ud) {
-    const int64_t shape[2] = {4, 3};
-    fulmen_tensor *x = NULL, *y = NULL, *loss = NULL;
-    fulmen_error *e = fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x);
-    if (!e) e = fulmen_model_forward_child(ud, "enc", x, &y);
-    if (!e) e = fulmen_tensor_sum(y, &loss);
-    if (!e) e = fulmen_tensor_backward(loss);
-    fulmen_tensor_free(loss);
-    fulmen_tensor_free(y);
-    fulmen_tensor_free(x);
-    return e;
-}
+static fulmen_error *measured_child(void *ud) { return ones_forward_backward(ud, "enc"); }
 
 /* FlopCounterMode's counts by module: "Global", the root by its class,
  * children by path, the backward with its forward's modules; operators in

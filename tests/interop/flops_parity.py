@@ -4,8 +4,8 @@
 
     python flops_parity.py --binary build/interop/flops_parity [--work DIR] [--device cuda]
 
-Each model (an MLP with BatchNorm, a CNN, a transposed convolution, a
-GPT block with scaled_dot_product_attention and one with attention as
+Each model (an MLP with BatchNorm, a CNN, a transposed convolution,
+layers in a ModuleList and a ModuleDict, a GPT block with scaled_dot_product_attention and one with attention as
 matrix products) is measured in PyTorch with
 `lightning.fabric.utilities.throughput.measure_flops`, forward only and
 with the backward of the output's sum (and, for float inputs, with the
@@ -69,6 +69,21 @@ class Upsampler(nn.Module):
         return self.conv(y.flatten(2))
 
 
+class Stack(nn.Module):
+    """Layers in a ModuleList and a ModuleDict, which TorchScript's module
+    hierarchy leaves out (they have no forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(20, 32), nn.Linear(32, 32)])
+        self.heads = nn.ModuleDict({"out": nn.Linear(32, 10)})
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.heads["out"](x)
+
+
 class Block(nn.Module):
     """A GPT block: causal self-attention, through SDPA or as matrix products."""
 
@@ -103,6 +118,7 @@ MODELS = [
     ("mlp", MLP, "float", [32, 20]),
     ("cnn", CNN, "float", [16, 1, 28, 28]),
     ("upsampler", Upsampler, "float", [2, 4, 8, 8]),
+    ("stack", Stack, "float", [8, 20]),
     ("gpt_sdpa", lambda: Block(True), "long", [4, 16]),
     ("gpt_matmul", lambda: Block(False), "long", [4, 16]),
 ]
