@@ -197,6 +197,11 @@ strip "$bundle/build/bench/workload_bench"
 mkdir -p "$bundle/python" "$bundle/tests/interop" "$bundle/build/interop"
 cp "$root/bench/exported.py" "$root/bench/workloads.py" "$bundle/bench/"
 cp "$root/python/fulmen_export.py" "$bundle/python/"
+# tabulate 0.9 beside it, for the FlopCounterMode tables flops_parity.py
+# compares (0.10 drops the indentation torch asks for; the device's Python
+# need not have either): the script puts python/ first on its path.
+python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" tabulate==0.9.0
+python3 -m zipfile -e "$wheels"/tabulate-0.9.0-py3-none-any.whl "$bundle/python/"
 cp "$root/tests/interop/export_parity.py" "$root/tests/interop/twin.py" "$root/tests/interop/flops_parity.py" \
     "$bundle/tests/interop/"
 # FLOP counts on cuda:0 beside PyTorch's FlopCounterMode (run.sh's
