@@ -686,20 +686,14 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
     }
   };
   // While FLOPs are measured, each instruction names its modules.
-  struct ModuleScope {
-    bool on = fulmen_cxx::flops_measuring();
-    const std::vector<std::string>* saved = on ? fulmen_cxx::flops_program_modules(nullptr) : nullptr;
-    ~ModuleScope() {
-      if (on) fulmen_cxx::flops_program_modules(saved);
-    }
-  } module_scope;
+  fulmen_cxx::FlopsSetting<const std::vector<std::string>*> modules(&fulmen_cxx::flops_program_modules);
   torch::jit::Stack stack;
   for (size_t at = 0; at < p.instrs.size(); ++at) {
     // A sharding hook's work belongs to no instruction's modules.
-    if (module_scope.on) fulmen_cxx::flops_program_modules(nullptr);
+    modules = nullptr;
     fire_events(at);
     const Instr& in = p.instrs[at];
-    if (module_scope.on) fulmen_cxx::flops_program_modules(&in.modules);
+    modules = &in.modules;
     stack.clear();
     try {
       for (const Arg& a : in.args) {
@@ -733,7 +727,7 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
       slots[static_cast<size_t>(s)] = c10::IValue();
     }
   }
-  if (module_scope.on) fulmen_cxx::flops_program_modules(nullptr);
+  modules = nullptr;
   fire_events(p.instrs.size());
   for (size_t k = 0; k < n_outputs; ++k) {
     made.push_back(std::make_unique<c10::IValue>(slots[static_cast<size_t>(p.outputs[k])]));

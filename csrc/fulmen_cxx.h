@@ -90,6 +90,29 @@ const std::vector<std::string>* flops_program_modules(const std::vector<std::str
 // module; NULL for none. Returns the previous setting, to be put back.
 const void* flops_script_root(const void* module);
 
+// A FLOP-counting setting of this thread (flops_program_modules,
+// flops_script_root) changed only while a measurement is under way, and
+// put back when this goes.
+template <class T>
+class FlopsSetting {
+ public:
+  explicit FlopsSetting(T (*set)(T)) : set_(set), on_(flops_measuring()), saved_(on_ ? set(T{}) : T{}) {}
+  FlopsSetting(const FlopsSetting&) = delete;
+  FlopsSetting& operator=(const FlopsSetting&) = delete;
+  ~FlopsSetting() {
+    if (on_) set_(saved_);
+  }
+  // Sets `value` while measuring.
+  void operator=(T value) {
+    if (on_) set_(value);
+  }
+
+ private:
+  T (*set_)(T);
+  bool on_;
+  T saved_;
+};
+
 // The FLOP counter's state of a thread (its open module scopes, the
 // autograd nodes it runs, its graph executor optimization), lent to the
 // threads attached to a callback with the libtorch state.

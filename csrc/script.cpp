@@ -253,14 +253,8 @@ int fulmen_cxx_script_call(void* m, const char* method, void* const* args, size_
     throw std::invalid_argument(std::string("the module has no method ") + method);
   }
   // While FLOPs are measured, the module names its submodules.
-  struct RootScope {
-    bool on;
-    const void* saved;
-    RootScope(const void* root) : on(fulmen_cxx::flops_measuring()), saved(on ? fulmen_cxx::flops_script_root(root) : nullptr) {}
-    ~RootScope() {
-      if (on) fulmen_cxx::flops_script_root(saved);
-    }
-  } root_scope(&module(m));
+  fulmen_cxx::FlopsSetting<const void*> root(&fulmen_cxx::flops_script_root);
+  root = &module(m);
   *out = new c10::IValue((*found)(gather(args, n)));
   FULMEN_CXX_CATCH(err, err_len)
 }

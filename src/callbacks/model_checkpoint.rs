@@ -410,8 +410,7 @@ impl Callback for ModelCheckpoint {
             Hook::Setup if ctx.stage == "fit" && self.dirpath.is_none() => {
                 // Lightning's save_dir/name/version: the run folder, not a
                 // TensorBoard logger's sub_dir below it.
-                let run = ctx.state.run_dir.as_ref().or(ctx.state.log_dir.as_ref());
-                let base = run.cloned().unwrap_or_else(|| ctx.state.root_dir.clone());
+                let base = ctx.state.run_dir.clone().unwrap_or_else(|| ctx.state.root_dir.clone());
                 self.dirpath = Some(base.join("checkpoints"));
             }
             Hook::TrainStart => self.last_time_checked = Some(Instant::now()),

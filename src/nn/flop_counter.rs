@@ -37,29 +37,29 @@ pub struct FlopCounts {
 }
 
 impl FlopCounts {
+    /// The counts of `module` ("Global" for the whole measurement), if it
+    /// counted any.
+    fn of_module(&self, module: &str) -> Option<&BTreeMap<String, u64>> {
+        match module {
+            "Global" => Some(&self.by_operator),
+            m => self.by_module.get(m),
+        }
+    }
+
     /// The operators of `module` ("Global" for the whole measurement) and
     /// their FLOPs, in the order they were first counted there.
     pub fn operators(&self, module: &str) -> Vec<(&str, u64)> {
-        let ops = match module {
-            "Global" => Some(&self.by_operator),
-            m => self.by_module.get(m),
+        let (Some(ops), Some(order)) = (self.of_module(module), self.first_counted.get(module)) else {
+            return Vec::new();
         };
-        let (Some(ops), Some(order)) = (ops, self.first_counted.get(module)) else { return Vec::new() };
         order.iter().filter_map(|op| ops.get(op).map(|n| (op.as_str(), *n))).collect()
     }
 
     /// The FLOPs counted for `module` ("Global" for the whole measurement,
     /// as torch names it); 0 for a module that counted none.
     pub fn module_total(&self, module: &str) -> Result<u64> {
-        let ops = match module {
-            "Global" => &self.by_operator,
-            m => match self.by_module.get(m) {
-                Some(ops) => ops,
-                None => return Ok(0),
-            },
-        };
-        ops.values()
-            .try_fold(0u64, |a, &b| a.checked_add(b))
+        self.of_module(module)
+            .map_or(Some(0), |ops| ops.values().try_fold(0u64, |a, &b| a.checked_add(b)))
             .ok_or_else(|| Error::new(ErrorCode::OutOfRange, "the FLOP count exceeds 2^64 - 1"))
     }
 }

@@ -576,9 +576,18 @@ impl Module {
     /// Runs the descendant at a dotted path.
     pub fn forward_child(&self, path: &str, x: &Tensor) -> Result<Tensor> {
         let child = self.child(path)?;
-        let _root = self.flop_scope();
-        let _flops = super::flop_counter::ModuleScope::child(path);
+        let _flops = self.child_flop_scopes(path);
         child.forward(x).map_err(|e| e.context(format!("child {path}")))
+    }
+
+    /// Opens the scopes for FLOP counts by module of this module (when it
+    /// is the measurement's root) and of its descendant at `path` ("" for
+    /// itself), for a child run by path; closed on drop.
+    pub(crate) fn child_flop_scopes(
+        &self,
+        path: &str,
+    ) -> (super::flop_counter::ModuleScope, Option<super::flop_counter::ModuleScope>) {
+        (self.flop_scope(), (!path.is_empty()).then(|| super::flop_counter::ModuleScope::child(path)))
     }
 
     /// Opens this module's scope for FLOP counts by module when it runs

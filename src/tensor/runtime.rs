@@ -122,7 +122,7 @@ impl ThreadState {
     /// thread's own state back.
     pub fn apply(&self) -> Result<PreviousThreadState> {
         let mut previous: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `self.0` is a live captured state, only read; `previous`
+        // SAFETY: `self.raw` is a live captured state, only read; `previous`
         // receives a heap state owned by the returned value.
         call("lend the thread state", |err, len| unsafe {
             shim::fulmen_cxx_tls_apply(self.raw, &mut previous, err, len)

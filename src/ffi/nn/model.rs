@@ -710,8 +710,7 @@ pub(crate) unsafe fn forward_multi_into(
     let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
     let child = module.child(path)?;
     let run = || {
-        let _root = module.flop_scope();
-        let _flops = (!path.is_empty()).then(|| crate::nn::flop_counter::ModuleScope::child(path));
+        let _flops = module.child_flop_scopes(path);
         child.forward_multi(&refs).map_err(|e| in_child(e, path))
     };
     emit_list(outs, capacity, count_out, child.num_outputs()?, run)

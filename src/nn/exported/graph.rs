@@ -370,11 +370,11 @@ fn node(v: &Json) -> Result<Node> {
     Ok(Node { target, name, args, outputs, modules: module_stack(v).into() })
 }
 
-/// A node's `nn_module_stack` (torch/_export/serde/serialize.py writes
-/// "key,path,class" items joined by ";"), as (path, class) from the
-/// outermost module in, the root left out. Dynamo's paths (`L['self'].a[0]`)
-/// become state_dict paths (`a.0`). A node without it ran in the root.
-fn module_stack(v: &Json) -> Vec<(String, String)> {
+/// The items of a node's `nn_module_stack` (torch/_export/serde/serialize.py
+/// writes "key,path,class" items joined by ";") as (state_dict path, class),
+/// from the outermost module in, the root's path empty. Dynamo's paths
+/// (`L['self'].a[0]`) become state_dict paths (`a.0`).
+fn stack_items(v: &Json) -> Vec<(String, String)> {
     let Some(text) = v.get("metadata").and_then(|m| m.get("nn_module_stack")).and_then(Json::as_str) else {
         return Vec::new();
     };
@@ -384,19 +384,21 @@ fn module_stack(v: &Json) -> Vec<(String, String)> {
             let (path, class) = rest.rsplit_once(',')?;
             Some((state_dict_path(path), class.to_owned()))
         })
-        .filter(|(path, _)| super::units::is_module_path(path))
         .collect()
+}
+
+/// A node's `nn_module_stack` as (path, class) from the outermost module
+/// in, the root left out. A node without it ran in the root.
+fn module_stack(v: &Json) -> Vec<(String, String)> {
+    stack_items(v).into_iter().filter(|(path, _)| super::units::is_module_path(path)).collect()
 }
 
 /// The class of the root module in a node's `nn_module_stack` (the item
 /// whose path is empty), without its Python module.
 fn root_class(v: &Json) -> Option<String> {
-    let text = v.get("metadata")?.get("nn_module_stack")?.as_str()?;
-    text.split(';').find_map(|item| {
-        let (_, rest) = item.split_once(',')?;
-        let (path, class) = rest.rsplit_once(',')?;
+    stack_items(v).into_iter().find_map(|(path, class)| {
         let name = class.rsplit('.').next()?;
-        (state_dict_path(path).is_empty() && !name.is_empty()).then(|| name.to_owned())
+        (path.is_empty() && !name.is_empty()).then(|| name.to_owned())
     })
 }
 
