@@ -22,11 +22,19 @@
 // on the measuring thread, so the interpreter keeps it). A backward
 // operator counts for the modules of the forward operator whose autograd
 // node it runs in: nodes are matched to their forward by sequence number.
+//
+// Hosts register formulas of their own by operator (torch's
+// register_flop_formula / the mode's custom_mapping): a measurement takes
+// the registry as it stands when it begins, as the mode copies torch's
+// registry when it is made; a host formula replaces the built-in one of its
+// operator, and an operator that decomposes is not counted (its parts are),
+// as the mode decomposes it before looking for a formula.
 #include "fulmen_cxx.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,7 +56,75 @@
 
 #include "torch_version.hpp"
 
+extern "C" {
+
+// One argument or result of an operator as a host formula sees it
+// (src/shim/flops.rs declares the same layout): kind 0 None, 1 a tensor
+// (`shape`, `ndim`, `dtype` a fulmen_dtype or -1), 2 an int (`integer`), 3 a
+// float (`number`), 4 a bool (`integer` 0 or 1), 5 a string (`text`), 6 a
+// list of ints (`ints`, `num_ints`), 7 a list or tuple (`items`,
+// `num_items`), 8 anything else. Valid during the call only.
+struct fulmen_cxx_flop_value {
+  int32_t kind;
+  int32_t dtype;
+  const int64_t* shape;
+  size_t ndim;
+  int64_t integer;
+  double number;
+  const char* text;
+  const int64_t* ints;
+  size_t num_ints;
+  const fulmen_cxx_flop_value* items;
+  size_t num_items;
+};
+
+// A host formula: writes the FLOPs of operator `op` called with `inputs`
+// (every argument of its schema, defaults included) that returned `outputs`
+// to *flops and returns 0, or returns a fulmen error code with its message
+// in `err`.
+typedef int (*fulmen_cxx_flop_formula_fn)(void* ctx, const char* op, const fulmen_cxx_flop_value* inputs,
+                                          size_t num_inputs, const fulmen_cxx_flop_value* outputs, size_t num_outputs,
+                                          uint64_t* flops, char* err, size_t err_len);
+
+}  // extern "C"
+
 namespace {
+
+// A formula a host registered, its context dropped with the last
+// measurement holding it.
+struct HostFormula {
+  fulmen_cxx_flop_formula_fn fn = nullptr;
+  void* ctx = nullptr;
+  void (*drop)(void*) = nullptr;
+  HostFormula(fulmen_cxx_flop_formula_fn f, void* c, void (*d)(void*)) : fn(f), ctx(c), drop(d) {}
+  HostFormula(const HostFormula&) = delete;
+  HostFormula& operator=(const HostFormula&) = delete;
+  ~HostFormula() {
+    if (drop != nullptr) drop(ctx);
+  }
+};
+
+using Formulas = std::map<std::string, std::shared_ptr<HostFormula>>;
+
+// The formulas hosts registered, by operator name ("aten::gelu"). Never
+// destroyed: a host's drop function is not called during the process's exit.
+std::mutex g_formulas_mu;
+Formulas& registry() {
+  static auto* formulas = new Formulas();
+  return *formulas;
+}
+
+// What counting needs to know of an operator's overload.
+struct OpInfo {
+  // Whether torch's mode would see the calls inside it: it has a
+  // CompositeImplicitAutograd kernel (decomposed before the mode, or by it).
+  bool decomposes = true;
+  // How many arguments and results its schema has: a boxed call (from
+  // TorchScript's interpreter) shows the whole stack, its arguments last
+  // before the call and its results last after it.
+  size_t arguments = SIZE_MAX;
+  size_t returns = SIZE_MAX;
+};
 
 // Counts of one measurement, by operator ("aten::mm"). It travels with
 // the measuring thread's state (ThreadLocalDebugInfo) to the threads that
@@ -70,8 +146,13 @@ struct Session : c10::DebugInfoBase {
   // The measuring thread's graph executor optimization, put back at the end.
   bool graph_optimize = true;
   bool overflow = false;
-  std::unordered_map<std::string, bool> decomposes;  // by operator name with overload
+  std::unordered_map<std::string, OpInfo> ops;  // by operator name with overload
   at::CallbackHandle handle = 0;
+  // The host formulas registered when the measurement began.
+  Formulas formulas;
+  // The first host formula's failure: its fulmen error code (0: none) and message.
+  int formula_code = 0;
+  std::string formula_error;
   // Ended, though still in the thread's debug information (its pop failed
   // while other information lay above it): counts nothing, and the next
   // measurement on the thread pops it first.
@@ -166,7 +247,9 @@ std::vector<std::string> open_modules() {
       }
       continue;
     }
-    if (instance == "SELF") continue;  // a method of the same module
+    // A method of the same module, or a TorchScript function it calls
+    // ("CALL_FUNCTION::relu(...)", F.relu): no module of its own.
+    if (instance == "SELF" || instance.find("::") != std::string::npos) continue;
     base = joined(base, submodule_path(at, instance));
     names.push_back(base);
   }
@@ -233,6 +316,8 @@ struct OpContext : at::ObserverContext {
   bool backward_pushed = false;
   size_t modules = 0;  // the module set it counts for
   std::string name;
+  std::shared_ptr<HostFormula> host;  // the host's formula, if it has one
+  size_t returns = SIZE_MAX;  // how many results its schema has
   std::vector<c10::IValue> inputs;
 };
 
@@ -408,22 +493,130 @@ Count formula(const std::string& name, const std::vector<c10::IValue>& in, const
   return sdpa_count(arg(in, 0), arg(in, 1), arg(in, 2));
 }
 
-// Whether torch's mode would see the calls inside `fn`: it has a
-// CompositeImplicitAutograd kernel (decomposed before the mode, or by it).
-bool decomposes(Session& s, const at::RecordFunction& fn) {
+// The storage behind the views of one formula call's values.
+struct Views {
+  std::deque<std::vector<int64_t>> ints;
+  std::deque<std::vector<fulmen_cxx_flop_value>> lists;
+  std::deque<std::string> texts;
+};
+
+// A libtorch dtype as the C API numbers it (fulmen_dtype), -1 for one it has not.
+int32_t fulmen_dtype_of(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return 0;
+    case c10::ScalarType::Double: return 1;
+    case c10::ScalarType::Half: return 2;
+    case c10::ScalarType::BFloat16: return 3;
+    case c10::ScalarType::Long: return 4;
+    case c10::ScalarType::Int: return 5;
+    case c10::ScalarType::Byte: return 6;
+    case c10::ScalarType::Bool: return 7;
+    case c10::ScalarType::Char: return 8;
+    case c10::ScalarType::Short: return 9;
+    default: return -1;
+  }
+}
+
+// Lists nested deeper than this are "anything else" to a host formula.
+constexpr int kMaxViewDepth = 8;
+
+// A host formula's view of `v`, its storage in `keep`.
+fulmen_cxx_flop_value view(const c10::IValue& v, Views& keep, int depth) {
+  fulmen_cxx_flop_value out{};
+  out.kind = 8;
+  out.dtype = -1;
+  if (v.isNone()) {
+    out.kind = 0;
+  } else if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      out.kind = 0;  // an optional tensor left out boxes as an undefined one
+    } else if (!t.is_nested()) {
+      auto& dims = keep.ints.emplace_back(t.sizes().vec());
+      out.kind = 1;
+      out.dtype = fulmen_dtype_of(t.scalar_type());
+      out.shape = dims.data();
+      out.ndim = dims.size();
+    }
+  } else if (v.isBool()) {
+    out.kind = 4;
+    out.integer = v.toBool() ? 1 : 0;
+  } else if (v.isInt()) {
+    out.kind = 2;
+    out.integer = v.toInt();
+  } else if (v.isDouble()) {
+    out.kind = 3;
+    out.number = v.toDouble();
+  } else if (v.isString()) {
+    out.kind = 5;
+    out.text = keep.texts.emplace_back(v.toStringRef()).c_str();
+  } else if (v.isIntList()) {
+    auto& xs = keep.ints.emplace_back(v.toIntVector());
+    out.kind = 6;
+    out.ints = xs.data();
+    out.num_ints = xs.size();
+  } else if ((v.isList() || v.isTuple()) && depth < kMaxViewDepth) {
+    std::vector<fulmen_cxx_flop_value> items;
+    if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) items.push_back(view(e, keep, depth + 1));
+    } else {
+      for (const c10::IValue& e : v.toTupleRef().elements()) items.push_back(view(e, keep, depth + 1));
+    }
+    auto& stored = keep.lists.emplace_back(std::move(items));
+    out.kind = 7;
+    out.items = stored.data();
+    out.num_items = stored.size();
+  }
+  return out;
+}
+
+// Calls the host's formula for operator `op`: its FLOPs, or nothing after
+// recording its failure in the session (the first one is reported).
+std::optional<uint64_t> host_count(Session& s, const HostFormula& f, const std::string& op,
+                                   const std::vector<c10::IValue>& in, const std::vector<c10::IValue>& out) {
+  Views keep;
+  std::vector<fulmen_cxx_flop_value> ins, outs;
+  for (const c10::IValue& v : in) ins.push_back(view(v, keep, 0));
+  for (const c10::IValue& v : out) outs.push_back(view(v, keep, 0));
+  char err[1024] = {0};
+  uint64_t flops = 0;
+  int code = f.fn(f.ctx, op.c_str(), ins.data(), ins.size(), outs.data(), outs.size(), &flops, err, sizeof err);
+  if (code == 0) return flops;
+  err[sizeof err - 1] = 0;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.formula_code == 0) {
+    s.formula_code = code;
+    s.formula_error = err;
+  }
+  return std::nullopt;
+}
+
+// The OpInfo of the operator `fn` calls; a user scope decomposes.
+OpInfo op_info(Session& s, const at::RecordFunction& fn) {
   auto op = fn.operator_name();
-  if (!op) return true;  // not an operator (a user scope)
+  if (!op) return OpInfo{};  // not an operator (a user scope)
   std::string key = op->name + "." + op->overload_name;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.decomposes.find(key);
-    if (it != s.decomposes.end()) return it->second;
+    auto it = s.ops.find(key);
+    if (it != s.ops.end()) return it->second;
   }
+  OpInfo info;
   auto handle = c10::Dispatcher::singleton().findOp(*op);
-  bool d = handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  info.decomposes = handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  if (handle && handle->hasSchema()) {
+    info.arguments = handle->schema().arguments().size();
+    info.returns = handle->schema().returns().size();
+  }
   std::lock_guard<std::mutex> lock(s.mu);
-  s.decomposes.emplace(key, d);
-  return d;
+  s.ops.emplace(key, info);
+  return info;
+}
+
+// The last `n` values of `all` (all of them when it holds fewer).
+std::vector<c10::IValue> last(c10::ArrayRef<c10::IValue> all, size_t n) {
+  size_t from = all.size() > n ? all.size() - n : 0;
+  return std::vector<c10::IValue>(all.begin() + from, all.end());
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -446,8 +639,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     bool hidden = false;
     for (bool opaque : t_open) hidden = hidden || opaque;
     std::string name = fn.name();
-    bool counted = has_formula(name);
-    t_open.push_back(counted || !decomposes(*session, fn));
+    // The session's formulas do not change while it runs: read unlocked.
+    auto host = session->formulas.find(name);
+    bool registered = host != session->formulas.end();
+    OpInfo info = op_info(*session, fn);
+    // The mode decomposes an operator before it looks for its formula.
+    bool counted = registered ? !info.decomposes : has_formula(name);
+    t_open.push_back(counted || !info.decomposes);
     ctx->pushed = true;
     bool makes_node = fn.seqNr() >= 0;
     if ((counted && !hidden) || makes_node) {
@@ -460,8 +658,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     }
     if (counted && !hidden) {
       ctx->counted = true;
+      if (registered) ctx->host = host->second;
       ctx->name = std::move(name);
-      ctx->inputs.assign(fn.inputs().begin(), fn.inputs().end());
+      ctx->inputs = last(fn.inputs(), info.arguments);
+      ctx->returns = info.returns;
     }
   } catch (...) {
     ctx->counted = false;
@@ -481,9 +681,17 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* c) {
     if (session == nullptr) return;
     Count n;
     {
-      // The formula may read a jagged batch's offsets: not observed.
+      // The formula may read a jagged batch's offsets, a host's may call
+      // libtorch: not observed.
       at::RecordFunctionGuard off(false);
-      n = formula(ctx->name, ctx->inputs, fn.outputs());
+      if (ctx->host) {
+        std::optional<uint64_t> counted =
+            host_count(*session, *ctx->host, ctx->name, ctx->inputs, last(fn.outputs(), ctx->returns));
+        if (!counted) return;
+        n = Count::of(*counted);
+      } else {
+        n = formula(ctx->name, ctx->inputs, last(fn.outputs(), ctx->returns));
+      }
     }
     std::lock_guard<std::mutex> lock(session->mu);
     auto add = [&](uint64_t& slot, const std::string& module) {
@@ -524,6 +732,10 @@ int fulmen_cxx_flops_begin(char* err, size_t err_len) {
     }
   }
   auto session = std::make_shared<Session>();
+  {
+    std::lock_guard<std::mutex> lock(g_formulas_mu);
+    session->formulas = registry();
+  }
   c10::ThreadLocalDebugInfo::_push(kSession, session);
   try {
     session->handle = at::addThreadLocalCallback(
@@ -546,9 +758,11 @@ int fulmen_cxx_flops_begin(char* err, size_t err_len) {
 // calls on_count(ctx, NULL, operator, flops) for every operator counted,
 // then on_count(ctx, module, operator, flops) for every module's (each
 // module's operators in the order they were first counted), and sets
-// *overflow when a count left 64 bits.
+// *overflow when a count left 64 bits. When a host formula failed, counts
+// nothing and sets *formula_code to its error code (else 0), its message in
+// `formula_err` (`formula_err_len` bytes, NUL-terminated).
 int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, const char*, uint64_t), void* ctx, int* overflow,
-                         char* err, size_t err_len) {
+                         int* formula_code, char* formula_err, size_t formula_err_len, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   Session* open = current_session();
   if (open == nullptr) {
@@ -566,6 +780,11 @@ int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, const char*, uint6
   }
   std::lock_guard<std::mutex> lock(session->mu);
   *overflow = session->overflow ? 1 : 0;
+  *formula_code = session->formula_code;
+  if (session->formula_code != 0) {
+    fulmen_cxx::write_message(session->formula_error, formula_err, formula_err_len);
+    return FULMEN_CXX_OK;
+  }
   // Each module's operators in the order they were first counted.
   auto in_order = [&](const std::string& module, const std::map<std::string, uint64_t>& ops) {
     std::vector<std::pair<uint64_t, const std::string*>> order;
@@ -577,6 +796,80 @@ int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, const char*, uint6
   };
   in_order(std::string(), session->by_op);
   for (const auto& [module, ops] : session->by_module) in_order(module, ops);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Registers the host formula `fn` (called with `ctx`) for operator `op`
+// ("aten::gelu"), for the measurements that begin from now on. Owns `ctx`
+// on success only, and calls `drop(ctx)` once when the formula is
+// unregistered and no measurement holds it any more. An error when `op` is
+// no operator of libtorch's dispatcher, when every overload of it that is
+// not an `out=` variant decomposes (torch's mode would never count it), or
+// when a formula is
+// registered for it already.
+int fulmen_cxx_flops_register(const char* op, fulmen_cxx_flop_formula_fn fn, void* ctx, void (*drop)(void*),
+                              char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::string name(op);
+  // Whether the overloads that return new tensors decompose, and those
+  // that write into `out` ones (which models rarely call).
+  bool found = false, functional_decompose = true, out_decompose = true, has_functional = false;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& o : dispatcher.getAllOpNames()) {
+    if (o.name != name) continue;
+    found = true;
+    auto handle = dispatcher.findOp(o);
+    // An `out=` variant writes into a keyword-only argument.
+    bool out_variant = false;
+    if (handle && handle->hasSchema()) {
+      for (const c10::Argument& a : handle->schema().arguments()) {
+        out_variant = out_variant || (a.kwarg_only() && a.alias_info() != nullptr && a.alias_info()->isWrite());
+      }
+    }
+    bool d = handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    has_functional = has_functional || !out_variant;
+    (out_variant ? out_decompose : functional_decompose) &= d;
+  }
+  bool all_decompose = has_functional ? functional_decompose : out_decompose;
+  if (!found) {
+    throw std::runtime_error("no operator " + name +
+                             " is registered with libtorch's dispatcher (a custom operator's library must be "
+                             "loaded before its formula is registered)");
+  }
+  if (all_decompose) {
+    throw std::runtime_error(name +
+                             " decomposes into other operators (a CompositeImplicitAutograd kernel) before FLOP "
+                             "counting sees it, as in torch's FlopCounterMode, so its formula would never be "
+                             "called: register formulas for the operators it runs");
+  }
+  // `drop` is armed once the registry holds the formula: until then `ctx`
+  // stays the caller's.
+  auto formula = std::make_shared<HostFormula>(fn, ctx, nullptr);
+  std::lock_guard<std::mutex> lock(g_formulas_mu);
+  auto [at, inserted] = registry().emplace(name, formula);
+  if (!inserted) {
+    throw std::runtime_error("a FLOP formula for " + name + " is registered already: unregister it first");
+  }
+  formula->drop = drop;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Unregisters the host formula of operator `op`, if any (*removed says
+// whether there was one). Measurements under way keep it to their end.
+int fulmen_cxx_flops_unregister(const char* op, int* removed, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::shared_ptr<HostFormula> gone;
+  {
+    std::lock_guard<std::mutex> lock(g_formulas_mu);
+    auto at = registry().find(op);
+    if (at != registry().end()) {
+      gone = std::move(at->second);
+      registry().erase(at);
+    }
+  }
+  *removed = gone ? 1 : 0;
+  // `gone` is dropped here, outside the lock: its drop function may call
+  // back into the registry.
   FULMEN_CXX_CATCH(err, err_len)
 }
 

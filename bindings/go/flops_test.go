@@ -90,3 +90,55 @@ func TestMeasureFlopsByModule(t *testing.T) {
 		t.Fatalf("a failing function: %v", err)
 	}
 }
+
+func TestFlopFormulas(t *testing.T) {
+	noLeaks(t)
+	m := mlp(t) // Linear(2, 16), Tanh, Linear(16, 2)
+	defer m.Close()
+	x := must(fulmen.Ones(fulmen.Float32, 5, 2))
+	defer x.Close()
+	var seen []fulmen.FlopArg
+	ok(t, fulmen.RegisterFlopFormula("aten::tanh", func(op string, in, out []fulmen.FlopArg) (uint64, error) {
+		if op != "aten::tanh" {
+			return 0, errors.New("called for " + op)
+		}
+		seen = in
+		return 4 * out[0].Numel(), nil
+	}))
+	c := must(m.MeasureFlopsByModule(x, false))
+	defer c.Close()
+	if n := must(c.Total("Sequential.1")); n != 4*5*16 {
+		t.Fatalf("the formula counted %d for the Tanh, want %d", n, 4*5*16)
+	}
+	want := []fulmen.FlopArg{{Kind: fulmen.FlopTensor, DType: fulmen.Float32, Shape: []int64{5, 16}}}
+	if !reflect.DeepEqual(seen, want) {
+		t.Fatalf("the formula saw %+v, want %+v", seen, want)
+	}
+	if err := fulmen.RegisterFlopFormula("aten::tanh", func(string, []fulmen.FlopArg, []fulmen.FlopArg) (uint64, error) {
+		return 0, nil
+	}); err == nil || !strings.Contains(err.Error(), "registered already") {
+		t.Fatalf("a second formula for aten::tanh: %v", err)
+	}
+	if removed, err := fulmen.UnregisterFlopFormula("aten::tanh"); err != nil || !removed {
+		t.Fatalf("unregister: %v, %v", removed, err)
+	}
+	ok(t, fulmen.RegisterFlopFormula("aten::tanh", func(string, []fulmen.FlopArg, []fulmen.FlopArg) (uint64, error) {
+		return 0, &fulmen.Error{Code: fulmen.CodeOutOfRange, Message: "no formula for this shape"}
+	}))
+	_, err := m.MeasureFlops(x, false)
+	var fe *fulmen.Error
+	if !errors.As(err, &fe) || fe.Code != fulmen.CodeOutOfRange || !strings.Contains(fe.Message, "no formula for this shape") {
+		t.Fatalf("a failing formula: %v", err)
+	}
+	if removed, err := fulmen.UnregisterFlopFormula("aten::tanh"); err != nil || !removed {
+		t.Fatalf("unregister: %v, %v", removed, err)
+	}
+	if err := fulmen.RegisterFlopFormula("aten::linear", func(string, []fulmen.FlopArg, []fulmen.FlopArg) (uint64, error) {
+		return 0, nil
+	}); err == nil {
+		t.Fatal("aten::linear decomposes: refused")
+	}
+	if n := must(m.MeasureFlops(x, false)); n != 2*5*2*16+2*5*16*2 {
+		t.Fatalf("torch's counts again: %d", n)
+	}
+}

@@ -563,6 +563,16 @@ fulmen_error *fulmen_go_measure_flops_by_module(uintptr_t handle, fulmen_flop_co
     return fulmen_measure_flops_by_module(measured, (void *)handle, out);
 }
 
+static fulmen_error *flop_formula(void *ud, const char *op, const fulmen_flop_value *in, size_t n_in,
+                                  const fulmen_flop_value *out, size_t n_out, uint64_t *flops) {
+    return fulmenGoFlopFormula((uintptr_t)ud, (char *)op, (fulmen_flop_value *)in, n_in, (fulmen_flop_value *)out,
+                               n_out, flops);
+}
+
+fulmen_error *fulmen_go_register_flop_formula(const char *op, uintptr_t handle) {
+    return fulmen_flops_register_formula(op, flop_formula, (void *)handle, free_handle);
+}
+
 static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {

@@ -105,6 +105,8 @@ fulmen_error *fulmen_go_callback_list_add_prediction_value_writer(fulmen_callbac
 fulmen_error *fulmen_go_measure_flops(uintptr_t handle, uint64_t *flops);
 /* fulmen_measure_flops_by_module over a Go function. */
 fulmen_error *fulmen_go_measure_flops_by_module(uintptr_t handle, fulmen_flop_counts **out);
+/* fulmen_flops_register_formula with the cgo.Handle of a FlopFormula. */
+fulmen_error *fulmen_go_register_flop_formula(const char *op, uintptr_t handle);
 
 /* fulmen_optimizer_step_closure over a Go closure. */
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss);

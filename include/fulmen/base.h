@@ -183,6 +183,7 @@ struct fulmen_dist_store;
 struct fulmen_early_stopping_options;
 struct fulmen_error;
 struct fulmen_flop_counts;
+struct fulmen_flop_value;
 struct fulmen_fsdp;
 struct fulmen_grad_scaler;
 struct fulmen_hook_context;

@@ -29,6 +29,49 @@
 #define FULMEN_MAX_HEADER_BYTES 100000000
 
 /**
+ * What a `fulmen_flop_value` holds.
+ */
+typedef enum fulmen_flop_value_kind {
+  /**
+   * `None`, or an optional tensor left out.
+   */
+  FULMEN_FLOP_VALUE_KIND_NONE = 0,
+  /**
+   * A tensor: `shape` (`ndim` sizes) and `dtype`.
+   */
+  FULMEN_FLOP_VALUE_KIND_TENSOR = 1,
+  /**
+   * An int (a dimension, a dtype's number): `integer`.
+   */
+  FULMEN_FLOP_VALUE_KIND_INT = 2,
+  /**
+   * A float (`eps`, a scale): `number`.
+   */
+  FULMEN_FLOP_VALUE_KIND_FLOAT = 3,
+  /**
+   * A bool: `integer`, 0 or 1.
+   */
+  FULMEN_FLOP_VALUE_KIND_BOOL = 4,
+  /**
+   * A string (`approximate`): `text`, NUL-terminated UTF-8.
+   */
+  FULMEN_FLOP_VALUE_KIND_STRING = 5,
+  /**
+   * A list of ints (a shape, strides, padding): `ints` (`num_ints`).
+   */
+  FULMEN_FLOP_VALUE_KIND_INTS = 6,
+  /**
+   * A list or tuple of other values (the tensors of `cat`, an output
+   * mask): `items` (`num_items`).
+   */
+  FULMEN_FLOP_VALUE_KIND_LIST = 7,
+  /**
+   * Anything else (a device, a generator, a complex scalar).
+   */
+  FULMEN_FLOP_VALUE_KIND_OTHER = 8,
+} fulmen_flop_value_kind;
+
+/**
  * Activation layers (`fulmen_activation`).
  */
 typedef enum fulmen_activation {
@@ -320,6 +363,81 @@ typedef struct fulmen_transformer_options {
 } fulmen_transformer_options;
 
 /**
+ * One argument or result of an operator, as a FLOP formula sees it:
+ * tensors by shape, as torch's formulas see them, everything else by
+ * value. Only the fields of its `kind` are set (the others are 0 or NULL).
+ * It and everything it points to are valid during the formula's call
+ * only.
+ */
+typedef struct fulmen_flop_value {
+  /**
+   * What the value holds.
+   */
+  enum fulmen_flop_value_kind kind;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_TENSOR: its `fulmen_dtype`, or -1 for a dtype
+   * outside `fulmen_dtype` (complex, float8).
+   */
+  int32_t dtype;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_TENSOR: its sizes.
+   */
+  const int64_t *shape;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_TENSOR: how many sizes `shape` holds.
+   */
+  size_t ndim;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_INT: the int; FULMEN_FLOP_VALUE_KIND_BOOL: 0 or 1.
+   */
+  int64_t integer;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_FLOAT: the float.
+   */
+  double number;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_STRING: the string.
+   */
+  const char *text;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_INTS: the ints.
+   */
+  const int64_t *ints;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_INTS: how many ints `ints` holds.
+   */
+  size_t num_ints;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_LIST: the elements.
+   */
+  const struct fulmen_flop_value *items;
+  /**
+   * FULMEN_FLOP_VALUE_KIND_LIST: how many elements `items` holds.
+   */
+  size_t num_items;
+} fulmen_flop_value;
+
+/**
+ * A FLOP formula of the host's: writes to `*flops` the FLOPs of one call
+ * of operator `op` ("aten::gelu") with `inputs` (every argument of the
+ * operator's schema in its order, defaults and keyword-only arguments
+ * included; `num_inputs` of them) that returned `outputs` (`num_outputs`),
+ * and returns NULL; or returns an error, which fails the measurement with
+ * its code (FULMEN_CODE_CALLBACK for an invalid one) and message. `op`,
+ * `inputs` and `outputs` are valid during the call only. It may be called
+ * from several threads at once (threads measure apart; a backward's
+ * operators run on autograd's threads), while an operator returns, with
+ * libtorch's operators it calls itself not counted.
+ */
+typedef struct fulmen_error *(*fulmen_flop_formula_fn)(void *userdata,
+                                                       const char *op,
+                                                       const struct fulmen_flop_value *inputs,
+                                                       size_t num_inputs,
+                                                       const struct fulmen_flop_value *outputs,
+                                                       size_t num_outputs,
+                                                       uint64_t *flops);
+
+/**
  * The code `fulmen_measure_flops` measures: runs what is to be counted
  * (forwards, backwards, optimizer steps) through fulmen's functions on the
  * calling thread and returns NULL, or an error, which ends the
@@ -491,6 +609,53 @@ struct fulmen_error *fulmen_flop_counts_table(const struct fulmen_flop_counts *c
  * Frees counts. NULL or an already freed handle is a no-op.
  */
 void fulmen_flop_counts_free(struct fulmen_flop_counts *counts);
+
+/**
+ * Registers `formula` as the FLOP formula of operator `op`
+ * ("namespace::name" without an overload, as torch's
+ * `register_flop_formula(torch.ops.aten.gelu)`): FLOP measurements that
+ * begin from now on (`fulmen_measure_flops`,
+ * `fulmen_model_measure_flops`, their `_by_module` forms, the FlopsTable
+ * callback) call it for every call of `op` torch's FlopCounterMode would
+ * see, and count what it returns for the modules open around the call, as
+ * they count matrix products. It replaces torch's formula for an operator
+ * that has one (`aten::mm`), as the mode's `custom_mapping` does. The
+ * operators `op` runs inside are not counted (the mode does not see them).
+ * A measurement under way keeps the formulas it began with.
+ *
+ * Ownership: `userdata` is passed to every call; on success fulmen calls
+ * `userdata_free(userdata)` (when not NULL) once, when the formula is
+ * unregistered and no measurement that began with it is under way still,
+ * on the thread that unregisters it or ends that measurement; never at
+ * the process's exit. On failure neither is used.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`op` or `formula` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (`op` not "namespace::name", no operator
+ * of libtorch's (load a custom operator's library first), or an operator
+ * that decomposes into others in all its overloads but `out=` ones, such
+ * as `aten::linear`: torch's mode never counts those, register the
+ * operators it runs), FULMEN_CODE_INVALID_STATE (a formula is registered
+ * for `op` already: unregister it first).
+ *
+ * Thread rules: any thread; the registry is process-wide.
+ */
+struct fulmen_error *fulmen_flops_register_formula(const char *op,
+                                                   fulmen_flop_formula_fn formula,
+                                                   void *userdata,
+                                                   void (*userdata_free)(void*));
+
+/**
+ * Unregisters the FLOP formula of operator `op` registered by
+ * `fulmen_flops_register_formula`; writes to `*removed` (when not NULL)
+ * whether one was registered. Measurements under way keep it to their
+ * end; later ones count `op` as torch does again.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`op` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (`op` not "namespace::name").
+ *
+ * Thread rules: any thread, a formula's own call included.
+ */
+struct fulmen_error *fulmen_flops_unregister_formula(const char *op, bool *removed);
 
 /**
  * Runs `measured(userdata)` on the calling thread and writes to `*flops` the

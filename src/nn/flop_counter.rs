@@ -6,7 +6,8 @@
 //! without computing, where libtorch has meta kernels for their operators.
 //! Counts are kept by module too, as the mode's ModuleTracker keeps them:
 //! fulmen's module tree opens a [`ModuleScope`] per module it runs while a
-//! measurement is under way on the thread.
+//! measurement is under way on the thread. Hosts add formulas of their
+//! own (`flop_formulas`).
 use super::module::Module;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::shim::{self, call};
@@ -161,12 +162,28 @@ impl Measuring {
         self.ended = true;
         SCOPES.with(|s| s.set(None));
         let mut counts = FlopCounts::default();
-        let mut overflow = 0;
+        let (mut overflow, mut formula_code) = (0, 0);
+        let mut formula_err = [0 as c_char; 1024];
         // SAFETY: `on_count` gets `counts` back as its context, on this
-        // thread, before the call returns.
+        // thread, before the call returns; the shim writes at most the
+        // buffers' lengths of message.
         call("measuring FLOPs", |err, len| unsafe {
-            shim::fulmen_cxx_flops_end(on_count, std::ptr::from_mut(&mut counts).cast(), &mut overflow, err, len)
+            shim::fulmen_cxx_flops_end(
+                on_count,
+                std::ptr::from_mut(&mut counts).cast(),
+                &mut overflow,
+                &mut formula_code,
+                formula_err.as_mut_ptr(),
+                formula_err.len(),
+                err,
+                len,
+            )
         })?;
+        if formula_code != 0 {
+            // SAFETY: the shim NUL-terminates what it writes into the zeroed buffer.
+            let message = unsafe { CStr::from_ptr(formula_err.as_ptr()) }.to_string_lossy().into_owned();
+            return Err(Error::new(ErrorCode::from_i32(formula_code).unwrap_or(ErrorCode::Callback), message));
+        }
         Ok((counts, overflow != 0))
     }
 

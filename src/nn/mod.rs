@@ -9,6 +9,9 @@ mod exported;
 pub(crate) mod flop_counter;
 #[cfg(test)]
 mod flop_counter_tests;
+mod flop_formulas;
+#[cfg(test)]
+mod flop_formulas_tests;
 mod flop_table;
 mod freeze;
 mod host;
@@ -32,6 +35,7 @@ mod script_tests;
 mod tests;
 
 pub use flop_counter::{measure_flops, measure_model_flops, FlopCounts};
+pub use flop_formulas::{register_flop_formula, unregister_flop_formula, FlopArg, FlopFormula};
 pub use host::HostForward;
 pub use layers::conv::ConvConfig;
 pub use layers::conv_transpose::ConvTransposeConfig;

@@ -4,7 +4,7 @@
  * y.sum()) does, forward only and with backward, and through
  * fulmen_measure_flops around a host's forward and backward.
  *
- *   flops_parity [--cuda] MODEL (torchscript|exported) (float|long) DIM...
+ *   flops_parity [--cuda] [--formulas] MODEL (torchscript|exported) (float|long) DIM...
  *
  * Prints "forward N", "backward N" and "host N" lines, and for a float
  * input "backward_input N" (the input requiring a gradient, which the
@@ -14,6 +14,8 @@
  * starting "table|". The input holds ones
  * (FLOPs depend on shapes only). With --cuda the model and input are moved
  * to cuda:0 first (the GPU kit's flops-cuda: CUDA's attention kernels).
+ * With --formulas the host's formulas below are registered first, as
+ * flops_parity.py's FORMULAS are FlopCounterMode's custom_mapping.
  */
 #include <fulmen.h>
 
@@ -77,6 +79,50 @@ static void print_table(const fulmen_flop_counts *c) {
     free(text);
 }
 
+static uint64_t numel(const fulmen_flop_value *v) {
+    uint64_t n = 1;
+    for (size_t i = 0; i < v->ndim; i++) n *= (uint64_t)v->shape[i];
+    return n;
+}
+
+/* The formulas of flops_parity.py's FORMULAS, by operator. */
+static fulmen_error *host_formula(void *ud, const char *op, const fulmen_flop_value *in, size_t n_in,
+                                  const fulmen_flop_value *out, size_t n_out, uint64_t *flops) {
+    (void)ud;
+    if (n_in < 1 || n_out < 1 || in[0].kind != FULMEN_FLOP_VALUE_KIND_TENSOR) {
+        return fulmen_error_new(FULMEN_CODE_CALLBACK, "unexpected arguments");
+    }
+    if (strcmp(op, "aten::gelu") == 0) {
+        *flops = 8 * numel(&in[0]);
+    } else if (strcmp(op, "aten::gelu_backward") == 0) {
+        *flops = 10 * numel(&in[1]);
+    } else if (strcmp(op, "aten::native_layer_norm") == 0) {
+        *flops = 5 * numel(&in[0]) + in[1].num_ints;
+    } else if (strcmp(op, "aten::native_layer_norm_backward") == 0) {
+        *flops = 7 * numel(&in[0]);
+    } else if (strcmp(op, "aten::_softmax") == 0) {
+        *flops = 3 * numel(&in[0]);
+    } else if (strcmp(op, "aten::relu") == 0) {
+        *flops = numel(&out[0]);
+    } else if (strcmp(op, "aten::mm") == 0) {
+        const int64_t *a = in[0].shape, *b = in[1].shape;
+        *flops = (uint64_t)(2 * a[0] * a[1] * b[1]) + numel(&out[0]);
+    } else {
+        return fulmen_error_new(FULMEN_CODE_CALLBACK, "no formula");
+    }
+    return NULL;
+}
+
+static void register_formulas(void) {
+    const char *ops[] = {
+        "aten::gelu", "aten::gelu_backward", "aten::native_layer_norm", "aten::native_layer_norm_backward",
+        "aten::_softmax", "aten::relu", "aten::mm",
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        TRY(fulmen_flops_register_formula(ops[i], host_formula, NULL, NULL));
+    }
+}
+
 static fulmen_model *load(const char *path, const char *kind) {
     fulmen_model *m = NULL;
     if (strcmp(kind, "torchscript") == 0) {
@@ -88,15 +134,23 @@ static fulmen_model *load(const char *path, const char *kind) {
 }
 
 int main(int argc, char **argv) {
-    int cuda = argc > 1 && strcmp(argv[1], "--cuda") == 0;
-    if (cuda) {
+    int cuda = 0, formulas = 0;
+    while (argc > 1 && strncmp(argv[1], "--", 2) == 0) {
+        if (strcmp(argv[1], "--cuda") == 0) {
+            cuda = 1;
+        } else if (strcmp(argv[1], "--formulas") == 0) {
+            formulas = 1;
+        } else {
+            break;
+        }
         argv++;
         argc--;
     }
     if (argc < 5) {
-        fprintf(stderr, "usage: flops_parity [--cuda] MODEL (torchscript|exported) (float|long) DIM...\n");
+        fprintf(stderr, "usage: flops_parity [--cuda] [--formulas] MODEL (torchscript|exported) (float|long) DIM...\n");
         return 2;
     }
+    if (formulas) register_formulas();
     int64_t shape[8];
     size_t ndim = 0;
     for (int i = 4; i < argc && ndim < 8; i++) shape[ndim++] = strtoll(argv[i], NULL, 10);

@@ -17,7 +17,11 @@ must equal PyTorch's exactly. The counts by module of the forward and
 backward (`fulmen_model_measure_flops_by_module`,
 `fulmen_measure_flops_by_module`) must equal those of torch's
 `FlopCounterMode.get_flop_counts()`, and fulmen's table its `get_table()`
-(tabulate 0.9, as the venv holds). With --device cuda (the GPU kit's
+(tabulate 0.9, as the venv holds). The MLP, the layers in containers and
+the GPT block with attention as matrix products are measured again with
+formulas of the host's (FORMULAS: FlopCounterMode's custom_mapping in
+PyTorch, `fulmen_flops_register_formula` in fulmen) for operators torch
+counts as 0 and in place of its formula for `aten::mm`. With --device cuda (the GPU kit's
 flops-cuda) both sides run on cuda:0, where attention takes CUDA's fused
 kernels and their formulas.
 """
@@ -113,6 +117,28 @@ class Block(nn.Module):
         return self.head(x)
 
 
+def numel(shape):
+    return math.prod(shape)
+
+
+# Formulas of a host's own (flops_parity.c registers the same), with
+# torch's signature: the arguments' shapes, then out_shape. Not aten::add:
+# under torch's mode autograd sums the gradients of a tensor used twice out
+# of place (aten::add; the mode holds references to them), where it sums
+# them in place without it (aten::add_), as in fulmen.
+FORMULAS = {
+    torch.ops.aten.gelu: lambda x, *a, out_shape=None, **k: 8 * numel(x),
+    torch.ops.aten.gelu_backward: lambda g, x, *a, out_shape=None, **k: 10 * numel(x),
+    torch.ops.aten.native_layer_norm: lambda x, shape, *a, out_shape=None, **k: 5 * numel(x) + len(shape),
+    torch.ops.aten.native_layer_norm_backward: lambda g, *a, out_shape=None, **k: 7 * numel(g),
+    torch.ops.aten._softmax: lambda x, *a, out_shape=None, **k: 3 * numel(x),
+    torch.ops.aten.relu: lambda x, out_shape=None, **k: numel(out_shape),
+    torch.ops.aten.mm: lambda a, b, out_shape=None, **k: 2 * a[0] * a[1] * b[1] + numel(out_shape),
+}
+
+# The models measured with FORMULAS too.
+WITH_FORMULAS = ("mlp", "stack", "gpt_matmul")
+
 # (name, module, input dtype, input shape)
 MODELS = [
     ("mlp", MLP, "float", [32, 20]),
@@ -124,11 +150,28 @@ MODELS = [
 ]
 
 
-def torch_counts(module, x):
+def measure_flops_with(mapping):
+    """Lightning's measure_flops, with FlopCounterMode's custom_mapping
+    `mapping`."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def measure(module, forward_fn, loss_fn=None):
+        with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
+            y = forward_fn()
+            if loss_fn is not None:
+                loss_fn(y).backward()
+        return mode.get_total_flops()
+
+    return measure
+
+
+def torch_counts(module, x, mapping=None):
     """Forward only, with backward, and (float inputs) with backward to an
     input that requires a gradient too."""
     from lightning.fabric.utilities.throughput import measure_flops
 
+    if mapping is not None:
+        measure_flops = measure_flops_with(mapping)  # noqa: F811
     forward = measure_flops(module, lambda: module(x))
     backward = measure_flops(module, lambda: module(x), lambda y: y.sum())
     if not x.is_floating_point():
@@ -137,13 +180,13 @@ def torch_counts(module, x):
     return forward, backward, measure_flops(module, lambda: module(x_grad), lambda y: y.sum())
 
 
-def torch_by_module(module, x):
+def torch_by_module(module, x, mapping=None):
     """FlopCounterMode around a forward and the backward of its sum: the
     counts by module ("aten::mm" names, Global and zeros left out) and the
     table of get_table(2)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as mode:
+    with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
         module(x).sum().backward()
     module.zero_grad(set_to_none=True)
     by_module = {}
@@ -154,11 +197,11 @@ def torch_by_module(module, x):
     return by_module, mode.get_table(2)
 
 
-def fulmen_counts(binary, device, path, kind, dtype, shape):
+def fulmen_counts(binary, device, path, kind, dtype, shape, formulas=False):
     """The totals, the counts by module of the backward and host
     measurements, and the table."""
-    cuda = ["--cuda"] if device == "cuda" else []
-    out = subprocess.run([binary, *cuda, path, kind, dtype, *map(str, shape)], capture_output=True, text=True)
+    flags = (["--cuda"] if device == "cuda" else []) + (["--formulas"] if formulas else [])
+    out = subprocess.run([binary, *flags, path, kind, dtype, *map(str, shape)], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"flops_parity: {kind} {path} failed:\n{out.stderr}")
     totals, by_module, table = {}, {"backward": {}, "host": {}}, []
@@ -174,6 +217,25 @@ def fulmen_counts(binary, device, path, kind, dtype, shape):
     return totals, by_module, "\n".join(table)
 
 
+def expected(name, module, x, device, mapping):
+    """PyTorch's totals (as fulmen_counts names them), counts by module and
+    table for `module` on `x`, with FlopCounterMode's custom_mapping
+    `mapping`; the module ends on the CPU."""
+    forward, backward, backward_input = torch_counts(module.to(device), x.to(device), mapping)
+    want_modules, want_table = torch_by_module(module, x.to(device), mapping)
+    module.to("cpu")
+    if len(want_modules) < 2:
+        sys.exit(f"flops_parity: {name}: PyTorch counted by {list(want_modules)} only")
+    if forward <= 0 or backward <= forward:
+        sys.exit(f"flops_parity: {name}: PyTorch counted {forward} / {backward}")
+    want = {"forward": forward, "backward": backward, "host": backward}
+    if backward_input is not None:
+        if backward_input <= backward:
+            sys.exit(f"flops_parity: {name}: the input's gradient added nothing ({backward_input})")
+        want["backward_input"] = backward_input
+    return want, want_modules, want_table
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -187,34 +249,27 @@ def main():
             torch.manual_seed(0)
             module = build().train()
             x = torch.ones(shape, dtype=torch.long if dtype == "long" else torch.float32)
-            forward, backward, backward_input = torch_counts(module.to(args.device), x.to(args.device))
-            want_modules, want_table = torch_by_module(module, x.to(args.device))
-            module.to("cpu")
-            if len(want_modules) < 2:
-                sys.exit(f"flops_parity: {name}: PyTorch counted by {list(want_modules)} only")
-            if forward <= 0 or backward <= forward:
-                sys.exit(f"flops_parity: {name}: PyTorch counted {forward} / {backward}")
             script = os.path.join(work, f"{name}.pt")
             torch.jit.script(module).save(script)
             exported = os.path.join(work, f"{name}.pt2")
             export_for_fulmen(module, (x,), exported, programs=("forward",), forward_example=(x,))
-            want = {"forward": forward, "backward": backward, "host": backward}
-            if backward_input is not None:
-                if backward_input <= backward:
-                    sys.exit(f"flops_parity: {name}: the input's gradient added nothing ({backward_input})")
-                want["backward_input"] = backward_input
-            for kind, path in (("torchscript", script), ("exported", exported)):
-                got, got_modules, got_table = fulmen_counts(args.binary, args.device, path, kind, dtype, shape)
-                if got != want:
-                    sys.exit(f"flops_parity: {name} as {kind}: fulmen counted {got}, PyTorch {want}")
-                for what, counted in got_modules.items():
-                    if counted != want_modules:
-                        sys.exit(f"flops_parity: {name} as {kind} ({what}): fulmen counted by module\n"
-                                 f"{counted}\nPyTorch\n{want_modules}")
-                if got_table != want_table:
-                    sys.exit(f"flops_parity: {name} as {kind}: fulmen's table\n{got_table}\nPyTorch's\n{want_table}")
-            print(f"flops_parity: {name}: {forward} forward, {backward} with backward, and by module over "
-                  f"{len(want_modules)} modules, equal in fulmen (TorchScript and torch.export, {args.device})")
+            for mapping in (None, FORMULAS) if name in WITH_FORMULAS else (None,):
+                want, want_modules, want_table = expected(name, module, x, args.device, mapping)
+                for kind, path in (("torchscript", script), ("exported", exported)):
+                    what = f"{name} as {kind}" + (" with the host's formulas" if mapping else "")
+                    got, got_modules, got_table = fulmen_counts(args.binary, args.device, path, kind, dtype, shape,
+                                                                mapping is not None)
+                    if got != want:
+                        sys.exit(f"flops_parity: {what}: fulmen counted {got}, PyTorch {want}")
+                    for run, counted in got_modules.items():
+                        if counted != want_modules:
+                            sys.exit(f"flops_parity: {what} ({run}): fulmen counted by module\n"
+                                     f"{counted}\nPyTorch\n{want_modules}")
+                    if got_table != want_table:
+                        sys.exit(f"flops_parity: {what}: fulmen's table\n{got_table}\nPyTorch's\n{want_table}")
+                print(f"flops_parity: {name}{' with the host formulas' if mapping else ''}: {want['forward']} "
+                      f"forward, {want['backward']} with backward, and by module over {len(want_modules)} modules, "
+                      f"equal in fulmen (TorchScript and torch.export, {args.device})")
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -86,6 +86,41 @@ TEST_F(ModelTest, MeasuresFlopsByModuleAsFlopCounterMode) {
                  std::runtime_error);
 }
 
+TEST_F(ModelTest, HostFlopFormulasCountTheirOperators) {
+    Model m = Model::sequential({Model::linear(2, 4), Model::activation(fulmen::Activation::Gelu)});
+    Tensor x = Tensor::ones({5, 2});
+    std::vector<fulmen::FlopArg> seen;
+    fulmen::register_flop_formula("aten::gelu", [&](const std::string& op, const std::vector<fulmen::FlopArg>& in,
+                                                    const std::vector<fulmen::FlopArg>&) -> std::uint64_t {
+        EXPECT_EQ(op, "aten::gelu");
+        seen = in;
+        return 8 * in.at(0).numel();
+    });
+    fulmen::FlopCounts c = m.measure_flops_by_module(x, false);
+    EXPECT_EQ(c.total("Sequential.1"), 8u * 5 * 4);
+    ASSERT_EQ(seen.size(), 2u);  // self, approximate="none"
+    EXPECT_EQ(seen[0].shape, (std::vector<std::int64_t>{5, 4}));
+    EXPECT_EQ(seen[1].kind, FULMEN_FLOP_VALUE_KIND_STRING);
+    EXPECT_EQ(seen[1].text, "none");
+    EXPECT_THROW(fulmen::register_flop_formula("aten::gelu", nullptr), fulmen::Error);  // registered already
+    EXPECT_TRUE(fulmen::unregister_flop_formula("aten::gelu"));
+    EXPECT_FALSE(fulmen::unregister_flop_formula("aten::gelu"));
+    // An exception fails the measurement with its message.
+    fulmen::register_flop_formula("aten::gelu", [](const std::string&, const std::vector<fulmen::FlopArg>&,
+                                                   const std::vector<fulmen::FlopArg>&) -> std::uint64_t {
+        throw std::runtime_error("no formula for this shape");
+    });
+    try {
+        m.measure_flops(x, false);
+        ADD_FAILURE() << "the formula's exception was lost";
+    } catch (const fulmen::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no formula for this shape"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(fulmen::unregister_flop_formula("aten::gelu"));
+    EXPECT_THROW(fulmen::register_flop_formula("aten::linear", nullptr), fulmen::Error);  // decomposes
+    EXPECT_EQ(m.measure_flops(x, false), 2u * 5 * 2 * 4);
+}
+
 TEST_F(ModelTest, ActivationCheckpointingKeepsTheOutputs) {
     Model m = fulmen_test::mlp();
     Tensor x = Tensor::randn({3, 2});

@@ -4,6 +4,7 @@
 #[rustfmt::skip]
 pub mod gen_options;
 pub mod flop_counts;
+pub mod flop_formulas;
 pub mod flops;
 pub mod host_module;
 pub mod init;

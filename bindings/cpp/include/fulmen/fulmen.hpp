@@ -66,6 +66,7 @@
 #include "error.hpp"
 #include "fabric.hpp"
 #include "flop_counts.hpp"
+#include "flop_formulas.hpp"
 #include "handle.hpp"
 #include "hooks.hpp"
 #include "host_module.hpp"
