@@ -18,6 +18,7 @@
 #include "fulmen/value.h"
 #include "fulmen/nn.h"
 #include "fulmen/script.h"
+#include "fulmen/flops.h"
 #include "fulmen/optim.h"
 #include "fulmen/schedulers.h"
 #include "fulmen/metrics.h"

@@ -13,6 +13,7 @@ pub mod callbacks;
 pub mod data;
 pub mod devices;
 pub mod distributed;
+pub mod flops;
 pub mod loggers;
 pub mod losses;
 pub mod metrics;

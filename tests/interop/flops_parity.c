@@ -5,6 +5,7 @@
  * fulmen_measure_flops around a host's forward and backward.
  *
  *   flops_parity [--cuda] [--formulas] MODEL (torchscript|exported) (float|long) DIM...
+ *   flops_parity [--cuda] [--formulas] - (encoder_layer|encoder_layer_norm_first) float DIM...
  *
  * Prints "forward N", "backward N" and "host N" lines, and for a float
  * input "backward_input N" (the input requiring a gradient, which the
@@ -123,8 +124,27 @@ static void register_formulas(void) {
     }
 }
 
+/* fulmen's own TransformerEncoderLayer(32, 4, 64, 0.1, "gelu",
+ * batch_first=True[, norm_first=True]), as flops_parity.py builds torch's. */
+static fulmen_model *encoder_layer(bool norm_first) {
+    fulmen_transformer_options o = fulmen_transformer_options_default();
+    o.dim_feedforward = 64;
+    o.dropout = 0.1;
+    o.activation = FULMEN_ACTIVATION_GELU;
+    o.batch_first = true;
+    o.norm_first = norm_first;
+    fulmen_model *m = NULL;
+    TRY(fulmen_model_transformer_encoder_layer_new(32, 4, &o, &m));
+    return m;
+}
+
+/* The model at `path` (a TorchScript or exported file), or one of fulmen's
+ * own layers ("encoder_layer", "encoder_layer_norm_first"; no path). */
 static fulmen_model *load(const char *path, const char *kind) {
     fulmen_model *m = NULL;
+    if (strcmp(kind, "encoder_layer") == 0 || strcmp(kind, "encoder_layer_norm_first") == 0) {
+        return encoder_layer(strcmp(kind, "encoder_layer_norm_first") == 0);
+    }
     if (strcmp(kind, "torchscript") == 0) {
         TRY(fulmen_model_load_torchscript(path, &m));
     } else {
@@ -147,7 +167,9 @@ int main(int argc, char **argv) {
         argc--;
     }
     if (argc < 5) {
-        fprintf(stderr, "usage: flops_parity [--cuda] [--formulas] MODEL (torchscript|exported) (float|long) DIM...\n");
+        fprintf(stderr,
+                "usage: flops_parity [--cuda] [--formulas] MODEL (torchscript|exported|encoder_layer|"
+                "encoder_layer_norm_first) (float|long) DIM...\n");
         return 2;
     }
     if (formulas) register_formulas();

@@ -137,7 +137,17 @@ FORMULAS = {
 }
 
 # The models measured with FORMULAS too.
-WITH_FORMULAS = ("mlp", "stack", "gpt_matmul")
+WITH_FORMULAS = ("mlp", "stack", "gpt_matmul", "encoder_layer", "encoder_layer_norm_first")
+
+# fulmen's own layers beside torch's (flops_parity.c builds them by name):
+# (name, torch's module, input shape). Their sub-modules count as torch's.
+BUILT_IN = [
+    ("encoder_layer", lambda: nn.TransformerEncoderLayer(32, 4, 64, 0.1, activation="gelu", batch_first=True),
+     [4, 16, 32]),
+    ("encoder_layer_norm_first",
+     lambda: nn.TransformerEncoderLayer(32, 4, 64, 0.1, activation="gelu", batch_first=True, norm_first=True),
+     [4, 16, 32]),
+]
 
 # (name, module, input dtype, input shape)
 MODELS = [
@@ -217,10 +227,11 @@ def fulmen_counts(binary, device, path, kind, dtype, shape, formulas=False):
     return totals, by_module, "\n".join(table)
 
 
-def expected(name, module, x, device, mapping):
+def expected(name, module, x, device, mapping, input_grad_adds=True):
     """PyTorch's totals (as fulmen_counts names them), counts by module and
     table for `module` on `x`, with FlopCounterMode's custom_mapping
-    `mapping`; the module ends on the CPU."""
+    `mapping`; the module ends on the CPU. `input_grad_adds`: the input's
+    gradient needs products of its own (not where a norm comes first)."""
     forward, backward, backward_input = torch_counts(module.to(device), x.to(device), mapping)
     want_modules, want_table = torch_by_module(module, x.to(device), mapping)
     module.to("cpu")
@@ -230,7 +241,7 @@ def expected(name, module, x, device, mapping):
         sys.exit(f"flops_parity: {name}: PyTorch counted {forward} / {backward}")
     want = {"forward": forward, "backward": backward, "host": backward}
     if backward_input is not None:
-        if backward_input <= backward:
+        if input_grad_adds and backward_input <= backward:
             sys.exit(f"flops_parity: {name}: the input's gradient added nothing ({backward_input})")
         want["backward_input"] = backward_input
     return want, want_modules, want_table
@@ -270,6 +281,26 @@ def main():
                 print(f"flops_parity: {name}{' with the host formulas' if mapping else ''}: {want['forward']} "
                       f"forward, {want['backward']} with backward, and by module over {len(want_modules)} modules, "
                       f"equal in fulmen (TorchScript and torch.export, {args.device})")
+        for name, build, shape in BUILT_IN:
+            torch.manual_seed(0)
+            module = build().train()
+            x = torch.ones(shape)
+            for mapping in (None, FORMULAS) if name in WITH_FORMULAS else (None,):
+                want, want_modules, want_table = expected(name, module, x, args.device, mapping,
+                                                          input_grad_adds="norm_first" not in name)
+                what = f"fulmen's {name}" + (" with the host's formulas" if mapping else "")
+                got, got_modules, got_table = fulmen_counts(args.binary, args.device, "-", name, "float", shape,
+                                                            mapping is not None)
+                if got != want:
+                    sys.exit(f"flops_parity: {what}: fulmen counted {got}, PyTorch {want}")
+                for run, counted in got_modules.items():
+                    if counted != want_modules:
+                        sys.exit(f"flops_parity: {what} ({run}): fulmen counted by module\n"
+                                 f"{counted}\nPyTorch\n{want_modules}")
+                if got_table != want_table:
+                    sys.exit(f"flops_parity: {what}: fulmen's table\n{got_table}\nPyTorch's\n{want_table}")
+                print(f"flops_parity: {what}: {want['forward']} forward, {want['backward']} with backward, and by "
+                      f"module over {len(want_modules)} modules, equal to torch's ({args.device})")
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -33,6 +33,10 @@ pub const AREAS: &[Area] = &[
     Area { name: "value", title: "Values that TorchScript and exported methods take and return." },
     Area { name: "nn", title: "Models: layers, containers, host modules, initialisation, state." },
     Area { name: "script", title: "TorchScript and torch.export models, compiled steps, moves and casts." },
+    Area {
+        name: "flops",
+        title: "FLOP counting (PyTorch's FlopCounterMode): measurements, counts by module, the host's formulas.",
+    },
     Area { name: "optim", title: "Optimizers (torch.optim) and their parameter groups." },
     Area { name: "schedulers", title: "Learning-rate schedulers (torch.optim.lr_scheduler)." },
     Area { name: "metrics", title: "Metrics that accumulate over an epoch (torchmetrics')." },

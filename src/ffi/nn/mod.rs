@@ -3,9 +3,6 @@
 //! `src/ffi/options_table.rs`.
 #[rustfmt::skip]
 pub mod gen_options;
-pub mod flop_counts;
-pub mod flop_formulas;
-pub mod flops;
 pub mod host_module;
 pub mod init;
 pub mod model;

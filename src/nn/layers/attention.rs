@@ -161,30 +161,33 @@ impl MultiheadAttention {
     pub(crate) fn attend(&self, c: &AttentionCall<'_>, training: bool) -> Result<(Tensor, Option<Tensor>)> {
         self.check(c)?;
         let batched = c.query.dim() == 3;
-        // Everything below runs batch first: (N, L, E).
-        let to_inner = |t: &Tensor| -> Result<Tensor> {
+        // The projections run in PyTorch's layout, (L, N, E) (an unbatched
+        // input as (L, 1, E)), so they are the products PyTorch runs (an
+        // addmm on a contiguous input, an mm on a transposed one) and count
+        // as its do; everything after them runs batch first: (N, L, E).
+        let seq_first = |t: &Tensor| -> Result<Tensor> {
             Ok(match (batched, self.batch_first) {
-                (false, _) => t.f_unsqueeze(0)?,
-                (true, true) => t.shallow_clone(),
-                (true, false) => t.f_transpose(0, 1)?,
+                (false, _) => t.f_unsqueeze(1)?,
+                (true, true) => t.f_transpose(0, 1)?,
+                (true, false) => t.shallow_clone(),
             })
         };
         let (e, h) = (self.embed_dim, self.num_heads);
         let d = e / h;
-        let q = to_inner(c.query)?;
-        let (n, l) = (q.size()[0], q.size()[1]);
+        let query = seq_first(c.query)?;
+        let (l, n) = (query.size()[0], query.size()[1]);
         let b = self.in_proj_bias.as_ref();
         let (q, k, v) = if c.self_attention {
-            let qkv = q.f_linear(&self.in_proj_weight, b)?.f_chunk(3, -1)?;
+            let qkv = query.f_linear(&self.in_proj_weight, b)?.f_chunk(3, -1)?;
             (qkv[0].shallow_clone(), qkv[1].shallow_clone(), qkv[2].shallow_clone())
         } else {
             let w = self.in_proj_weight.f_chunk(3, 0)?;
             let bs = b.map(|b| b.f_chunk(3, 0)).transpose()?;
             let part = |x: &Tensor, i: usize| x.f_linear(&w[i], bs.as_ref().map(|b| &b[i]));
-            (part(&q, 0)?, part(&to_inner(c.key)?, 1)?, part(&to_inner(c.value)?, 2)?)
+            (part(&query, 0)?, part(&seq_first(c.key)?, 1)?, part(&seq_first(c.value)?, 2)?)
         };
-        let s = k.size()[1];
-        let heads = |t: Tensor, len: i64| t.f_view([n, len, h, d])?.f_transpose(1, 2);
+        let s = k.size()[0];
+        let heads = |t: Tensor, len: i64| t.f_transpose(0, 1)?.f_reshape([n, len, h, d])?.f_transpose(1, 2);
         let (q, k, v) = (heads(q, l)?, heads(k, s)?, heads(v, s)?);
         let mask = self.merged_mask(c, n, l, s, q.f_kind()?)?;
         let p = if training { self.dropout } else { 0.0 };

@@ -6,7 +6,15 @@ use super::linear::Linear;
 use super::norm::LayerNorm;
 use super::{part_names, part_params, Activation, Layer};
 use crate::error::{Error, Result};
+use crate::nn::flop_counter::ModuleScope;
 use tch::Tensor;
+
+/// Runs `f` as PyTorch's sub-module `name` of the layer, for FLOP counts
+/// by module (`TransformerEncoderLayer.linear1`).
+fn as_part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let _scope = ModuleScope::child(name);
+    f()
+}
 
 /// Settings of a transformer layer, as PyTorch takes them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,8 +112,9 @@ impl TransformerLayer {
         }
     }
 
-    fn dropout(&self, x: Tensor, training: bool) -> Result<Tensor> {
-        Ok(if training && self.cfg.dropout > 0.0 { x.f_dropout(self.cfg.dropout, true)? } else { x })
+    /// PyTorch's dropout module `name` of the layer.
+    fn dropout(&self, name: &str, x: Tensor, training: bool) -> Result<Tensor> {
+        as_part(name, || Ok(if training && self.cfg.dropout > 0.0 { x.f_dropout(self.cfg.dropout, true)? } else { x }))
     }
 
     fn attention(
@@ -134,23 +143,29 @@ impl TransformerLayer {
             self_attention: memory.is_none(),
             causal,
         };
-        let (out, _) = attn.attend(&call, training)?;
-        self.dropout(out, training)
+        let (module, dropout) = match memory {
+            None => ("self_attn", "dropout1"),
+            Some(_) => ("multihead_attn", "dropout2"),
+        };
+        let (out, _) = as_part(module, || attn.attend(&call, training))?;
+        self.dropout(dropout, out, training)
     }
 
     fn feed_forward(&self, x: &Tensor, training: bool) -> Result<Tensor> {
-        let h = self.cfg.activation.apply(&self.linear1.forward(x, training)?)?;
-        let h = self.dropout(h, training)?;
-        self.dropout(self.linear2.forward(&h, training)?, training)
+        let h = as_part("linear1", || self.linear1.forward(x, training))?;
+        let h = self.dropout("dropout", self.cfg.activation.apply(&h)?, training)?;
+        let out = as_part("linear2", || self.linear2.forward(&h, training))?;
+        self.dropout(if self.cross_attn.is_some() { "dropout3" } else { "dropout2" }, out, training)
     }
 
     /// One residual block: `x + f(norm(x))` with `norm_first`, else `norm(x + f(x))`.
     fn block(&self, x: Tensor, norm: usize, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
-        let norm = &self.norms[norm];
+        let name = ["norm1", "norm2", "norm3"][norm];
+        let norm = |x: &Tensor| as_part(name, || self.norms[norm].forward(x, false));
         if self.cfg.norm_first {
-            Ok(x.f_add(&f(&norm.forward(&x, false)?)?)?)
+            Ok(x.f_add(&f(&norm(&x)?)?)?)
         } else {
-            norm.forward(&x.f_add(&f(&x)?)?, false)
+            norm(&x.f_add(&f(&x)?)?)
         }
     }
 

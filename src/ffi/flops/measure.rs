@@ -5,7 +5,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::host_result;
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{check_out, write_out};
-use crate::ffi::nn::flop_counts::{emit_counts, fulmen_flop_counts};
+use crate::ffi::flops::counts::{emit_counts, fulmen_flop_counts};
 use crate::ffi::nn::model::{fulmen_model, lock, model_arg};
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg, TensorScope};
 use crate::nn::FlopCounts;
@@ -91,9 +91,10 @@ unsafe fn measure_model(model: *const fulmen_model, input: *const fulmen_tensor,
 /// container (by `fulmen_model_forward_child` or a host module's
 /// `fulmen_host_call_forward_child`), the submodules of a TorchScript
 /// module, and the modules an exported program recorded (its
-/// `nn_module_stack`); a built-in layer (a transformer layer, attention)
-/// is one module, where torch's counterparts may call modules of their
-/// own.
+/// `nn_module_stack`), and inside fulmen's transformer layers the
+/// sub-modules PyTorch's call (`self_attn`, `multihead_attn`, `linear1`,
+/// `linear2`, `norm1`..`norm3`, `dropout`, `dropout1`..`dropout3`; the
+/// attention's `out_proj` is not called as a module, in torch neither).
 ///
 /// Ownership: `userdata` stays the host's; `*out` is the caller's, freed
 /// with `fulmen_flop_counts_free`, written on success only.
