@@ -247,6 +247,20 @@ def expected(name, module, x, device, mapping, input_grad_adds=True):
     return want, want_modules, want_table
 
 
+def compare(what, got, want):
+    """Exits unless fulmen's totals, counts by module (of every run) and
+    table (`got`, as fulmen_counts gives them) equal PyTorch's (`want`, as
+    expected gives them)."""
+    (totals, by_module, table), (want_totals, want_modules, want_table) = got, want
+    if totals != want_totals:
+        sys.exit(f"flops_parity: {what}: fulmen counted {totals}, PyTorch {want_totals}")
+    for run, counted in by_module.items():
+        if counted != want_modules:
+            sys.exit(f"flops_parity: {what} ({run}): fulmen counted by module\n{counted}\nPyTorch\n{want_modules}")
+    if table != want_table:
+        sys.exit(f"flops_parity: {what}: fulmen's table\n{table}\nPyTorch's\n{want_table}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -268,16 +282,8 @@ def main():
                 want, want_modules, want_table = expected(name, module, x, args.device, mapping)
                 for kind, path in (("torchscript", script), ("exported", exported)):
                     what = f"{name} as {kind}" + (" with the host's formulas" if mapping else "")
-                    got, got_modules, got_table = fulmen_counts(args.binary, args.device, path, kind, dtype, shape,
-                                                                mapping is not None)
-                    if got != want:
-                        sys.exit(f"flops_parity: {what}: fulmen counted {got}, PyTorch {want}")
-                    for run, counted in got_modules.items():
-                        if counted != want_modules:
-                            sys.exit(f"flops_parity: {what} ({run}): fulmen counted by module\n"
-                                     f"{counted}\nPyTorch\n{want_modules}")
-                    if got_table != want_table:
-                        sys.exit(f"flops_parity: {what}: fulmen's table\n{got_table}\nPyTorch's\n{want_table}")
+                    got = fulmen_counts(args.binary, args.device, path, kind, dtype, shape, mapping is not None)
+                    compare(what, got, (want, want_modules, want_table))
                 print(f"flops_parity: {name}{' with the host formulas' if mapping else ''}: {want['forward']} "
                       f"forward, {want['backward']} with backward, and by module over {len(want_modules)} modules, "
                       f"equal in fulmen (TorchScript and torch.export, {args.device})")
@@ -289,16 +295,8 @@ def main():
                 want, want_modules, want_table = expected(name, module, x, args.device, mapping,
                                                           input_grad_adds="norm_first" not in name)
                 what = f"fulmen's {name}" + (" with the host's formulas" if mapping else "")
-                got, got_modules, got_table = fulmen_counts(args.binary, args.device, "-", name, "float", shape,
-                                                            mapping is not None)
-                if got != want:
-                    sys.exit(f"flops_parity: {what}: fulmen counted {got}, PyTorch {want}")
-                for run, counted in got_modules.items():
-                    if counted != want_modules:
-                        sys.exit(f"flops_parity: {what} ({run}): fulmen counted by module\n"
-                                 f"{counted}\nPyTorch\n{want_modules}")
-                if got_table != want_table:
-                    sys.exit(f"flops_parity: {what}: fulmen's table\n{got_table}\nPyTorch's\n{want_table}")
+                got = fulmen_counts(args.binary, args.device, "-", name, "float", shape, mapping is not None)
+                compare(what, got, (want, want_modules, want_table))
                 print(f"flops_parity: {what}: {want['forward']} forward, {want['backward']} with backward, and by "
                       f"module over {len(want_modules)} modules, equal to torch's ({args.device})")
     finally:
