@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -318,6 +319,7 @@ struct OpContext : at::ObserverContext {
   std::string name;
   std::shared_ptr<HostFormula> host;  // the host's formula, if it has one
   size_t returns = SIZE_MAX;  // how many results its schema has
+  int unwinding = 0;          // the exceptions in flight when it started
   std::vector<c10::IValue> inputs;
 };
 
@@ -662,6 +664,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       ctx->name = std::move(name);
       ctx->inputs = last(fn.inputs(), info.arguments);
       ctx->returns = info.returns;
+      ctx->unwinding = std::uncaught_exceptions();
     }
   } catch (...) {
     ctx->counted = false;
@@ -673,9 +676,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* c) {
   auto* ctx = static_cast<OpContext*>(c);
   if (ctx != nullptr && ctx->pushed && !t_open.empty()) t_open.pop_back();
   if (ctx != nullptr && ctx->backward_pushed && !t_backward.empty()) t_backward.pop_back();
-  // An operator that failed returns nothing and is not counted, as the
-  // mode counts only what ran.
-  if (ctx == nullptr || !ctx->counted || fn.outputs().empty()) return;
+  // An operator that failed (it unwinds, or returns nothing though its
+  // schema has results) is not counted, as the mode counts only what ran;
+  // one whose schema returns nothing (`_fused_adam_`) is.
+  if (ctx == nullptr || !ctx->counted) return;
+  if (std::uncaught_exceptions() > ctx->unwinding || (fn.outputs().empty() && ctx->returns != 0)) return;
   try {
     Session* session = current_session();
     if (session == nullptr) return;
@@ -802,7 +807,8 @@ int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, const char*, uint6
 // Registers the host formula `fn` (called with `ctx`) for operator `op`
 // ("aten::gelu"), for the measurements that begin from now on. Owns `ctx`
 // on success only, and calls `drop(ctx)` once when the formula is
-// unregistered and no measurement holds it any more. An error when `op` is
+// unregistered and no measurement holds it any more, on whichever thread
+// lets go of it last (autograd's threads included). An error when `op` is
 // no operator of libtorch's dispatcher, when every overload of it that is
 // not an `out=` variant decomposes (torch's mode would never count it), or
 // when a formula is

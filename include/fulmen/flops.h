@@ -127,7 +127,11 @@ typedef struct fulmen_flop_value {
  * `inputs` and `outputs` are valid during the call only. It may be called
  * from several threads at once (threads measure apart; a backward's
  * operators run on autograd's threads), while an operator returns, with
- * libtorch's operators it calls itself not counted.
+ * libtorch's operators it calls itself not counted. It must not use the
+ * model being measured (the measurement holds it; from autograd's
+ * threads such a call would wait for it), nor throw or unwind through
+ * fulmen. An operator whose schema returns nothing (`_fused_adam_`) is
+ * called with no outputs.
  */
 typedef struct fulmen_error *(*fulmen_flop_formula_fn)(void *userdata,
                                                        const char *op,
@@ -261,10 +265,11 @@ void fulmen_flop_counts_free(struct fulmen_flop_counts *counts);
  * A measurement under way keeps the formulas it began with.
  *
  * Ownership: `userdata` is passed to every call; on success fulmen calls
- * `userdata_free(userdata)` (when not NULL) once, when the formula is
- * unregistered and no measurement that began with it is under way still,
- * on the thread that unregisters it or ends that measurement; never at
- * the process's exit. On failure neither is used.
+ * `userdata_free(userdata)` (when not NULL) once, after the formula is
+ * unregistered and no measurement that began with it holds it still: on
+ * any thread (the one unregistering, the one ending such a measurement,
+ * or one of autograd's, possibly just after the measurement returned);
+ * never at the process's exit. On failure neither is used.
  *
  * Errors: FULMEN_CODE_NULL_ARGUMENT (`op` or `formula` NULL),
  * FULMEN_CODE_INVALID_ARGUMENT (`op` not "namespace::name", no operator
@@ -302,7 +307,9 @@ struct fulmen_error *fulmen_flops_unregister_formula(const char *op, bool *remov
  * `bmm`, `baddbmm`, `_scaled_mm`: 2 * m * n * k), convolutions and their
  * backward, and the fused attention kernels of CUDA (flash, efficient,
  * cuDNN) and their backward; every other operator counts 0 (elementwise
- * work, norms, and the CPU's fused attention kernel, as in torch). The
+ * work, norms, and the CPU's fused attention kernel, as in torch) unless
+ * the host registered a formula for it (`fulmen_flops_register_formula`,
+ * which may replace torch's formulas too). The
  * backward passes `measured` starts count too, on whatever thread
  * autograd runs them. Tensors on the meta device count without computing anything,
  * where libtorch has meta kernels for their operators (the matrix
@@ -315,9 +322,10 @@ struct fulmen_error *fulmen_flops_unregister_formula(const char *op, bool *remov
  * Errors: FULMEN_CODE_NULL_ARGUMENT (`measured` or `flops` NULL),
  * FULMEN_CODE_INVALID_STATE (called inside a measurement on the same
  * thread: measurements do not nest, as torch's mode),
- * FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), or the error
+ * FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), the error
  * `measured` returned (its code kept, FULMEN_CODE_CALLBACK for an invalid
- * one).
+ * one), or the first error a registered formula returned (its code
+ * kept).
  *
  * Thread rules: any thread; threads measure apart, and operators other
  * threads run meanwhile are not counted.
@@ -396,7 +404,8 @@ struct fulmen_error *fulmen_model_measure_flops_by_module(const struct fulmen_mo
  * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
  * FULMEN_CODE_INVALID_STATE (inside a measurement on the same thread, or
  * the model is in use), the forward's errors as `fulmen_model_forward`
- * gives them, FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1).
+ * gives them, FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), the
+ * first error a registered formula returned (its code kept).
  *
  * Thread rules: any thread; the model is locked for the call.
  */

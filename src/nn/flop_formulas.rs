@@ -103,7 +103,8 @@ fn op_name(op: &str) -> Result<CString> {
 /// or decomposes into other operators in every overload (torch's mode
 /// never counts it); `InvalidState` when a formula is registered for `op`
 /// already. The formula is dropped once unregistered and no measurement
-/// that began with it is under way.
+/// that began with it holds it still, on whichever thread lets go of it
+/// last (autograd's threads included).
 pub fn register_flop_formula(op: &str, formula: Arc<dyn FlopFormula>) -> Result<()> {
     let name = op_name(op)?;
     let ctx = Box::into_raw(Box::new(formula)).cast::<c_void>();
@@ -134,8 +135,8 @@ pub fn unregister_flop_formula(op: &str) -> Result<bool> {
     Ok(removed != 0)
 }
 
-/// Values nested deeper than this read as `Other` (the shim nests less).
-const MAX_DEPTH: usize = 16;
+/// Values nested deeper than this read as `Other` (the shim stops at 8).
+const MAX_DEPTH: usize = 8;
 
 /// The shim's values at `p` (`n` of them) as formula arguments.
 ///

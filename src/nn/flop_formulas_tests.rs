@@ -180,3 +180,32 @@ fn a_measurement_keeps_the_formulas_it_began_with() {
     assert!(unregister_flop_formula("aten::softshrink").unwrap());
     assert_eq!(c.total, 0);
 }
+
+#[test]
+fn an_operator_that_returns_nothing_is_counted_and_a_failed_one_is_not() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    register_flop_formula(
+        "aten::_linalg_check_errors",
+        Arc::new(move |_: &str, ins: &[FlopArg], outs: &[FlopArg]| -> Result<u64> {
+            log.lock().unwrap().push((ins.to_vec(), outs.to_vec()));
+            Ok(9)
+        }),
+    )
+    .unwrap();
+    let (_, c) = measure_flops(|| {
+        let ok = Tensor::zeros([2], (Kind::Int, Device::Cpu));
+        Tensor::f_internal_linalg_check_errors(&ok, "inv", false)?;
+        // A failing call (a singular matrix's info) counts nothing.
+        let failing = Tensor::from_slice(&[0i32, 2]);
+        assert!(Tensor::f_internal_linalg_check_errors(&failing, "inv", false).is_err());
+        Ok(())
+    })
+    .unwrap();
+    assert!(unregister_flop_formula("aten::_linalg_check_errors").unwrap());
+    assert_eq!(c.total, 9);
+    let seen = seen.lock().unwrap();
+    let int = |shape: Vec<i64>| FlopArg::Tensor { shape, dtype: Some(DType::I32) };
+    assert_eq!(seen[0].0, vec![int(vec![2]), FlopArg::Str("inv".into()), FlopArg::Bool(false)]);
+    assert_eq!(seen[0].1, Vec::<FlopArg>::new());
+}

@@ -92,7 +92,11 @@ impl fulmen_flop_value {
 /// `inputs` and `outputs` are valid during the call only. It may be called
 /// from several threads at once (threads measure apart; a backward's
 /// operators run on autograd's threads), while an operator returns, with
-/// libtorch's operators it calls itself not counted.
+/// libtorch's operators it calls itself not counted. It must not use the
+/// model being measured (the measurement holds it; from autograd's
+/// threads such a call would wait for it), nor throw or unwind through
+/// fulmen. An operator whose schema returns nothing (`_fused_adam_`) is
+/// called with no outputs.
 pub type fulmen_flop_formula_fn = Option<
     unsafe extern "C" fn(
         userdata: *mut c_void,
@@ -147,6 +151,15 @@ struct Laid {
     texts: Vec<CString>,
 }
 
+/// The start of `v`, NULL when it is empty (as the header promises).
+fn ptr_or_null<T>(v: &[T]) -> *const T {
+    if v.is_empty() {
+        std::ptr::null()
+    } else {
+        v.as_ptr()
+    }
+}
+
 /// `args` as C values; they point into `args` and `laid`.
 fn lay_out(args: &[FlopArg], laid: &mut Laid) -> Vec<fulmen_flop_value> {
     use fulmen_flop_value_kind as K;
@@ -155,7 +168,7 @@ fn lay_out(args: &[FlopArg], laid: &mut Laid) -> Vec<fulmen_flop_value> {
             FlopArg::None => fulmen_flop_value::of(K::None),
             FlopArg::Tensor { shape, dtype } => fulmen_flop_value {
                 dtype: dtype.map_or(-1, |d| d as i32),
-                shape: shape.as_ptr(),
+                shape: ptr_or_null(shape),
                 ndim: shape.len(),
                 ..fulmen_flop_value::of(K::Tensor)
             },
@@ -171,11 +184,11 @@ fn lay_out(args: &[FlopArg], laid: &mut Laid) -> Vec<fulmen_flop_value> {
                 Err(_) => fulmen_flop_value::of(K::Other),
             },
             FlopArg::Ints(v) => {
-                fulmen_flop_value { ints: v.as_ptr(), num_ints: v.len(), ..fulmen_flop_value::of(K::Ints) }
+                fulmen_flop_value { ints: ptr_or_null(v), num_ints: v.len(), ..fulmen_flop_value::of(K::Ints) }
             }
             FlopArg::List(items) => {
                 let items = lay_out(items, laid);
-                let (ptr, len) = (items.as_ptr(), items.len());
+                let (ptr, len) = (ptr_or_null(&items), items.len());
                 laid.lists.push(items);
                 fulmen_flop_value { items: ptr, num_items: len, ..fulmen_flop_value::of(K::List) }
             }
@@ -221,10 +234,11 @@ impl FlopFormula for HostFormula {
 /// A measurement under way keeps the formulas it began with.
 ///
 /// Ownership: `userdata` is passed to every call; on success fulmen calls
-/// `userdata_free(userdata)` (when not NULL) once, when the formula is
-/// unregistered and no measurement that began with it is under way still,
-/// on the thread that unregisters it or ends that measurement; never at
-/// the process's exit. On failure neither is used.
+/// `userdata_free(userdata)` (when not NULL) once, after the formula is
+/// unregistered and no measurement that began with it holds it still: on
+/// any thread (the one unregistering, the one ending such a measurement,
+/// or one of autograd's, possibly just after the measurement returned);
+/// never at the process's exit. On failure neither is used.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`op` or `formula` NULL),
 /// FULMEN_CODE_INVALID_ARGUMENT (`op` not "namespace::name", no operator

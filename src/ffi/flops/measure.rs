@@ -24,7 +24,9 @@ pub type fulmen_measure_fn = Option<unsafe extern "C" fn(userdata: *mut c_void) 
 /// `bmm`, `baddbmm`, `_scaled_mm`: 2 * m * n * k), convolutions and their
 /// backward, and the fused attention kernels of CUDA (flash, efficient,
 /// cuDNN) and their backward; every other operator counts 0 (elementwise
-/// work, norms, and the CPU's fused attention kernel, as in torch). The
+/// work, norms, and the CPU's fused attention kernel, as in torch) unless
+/// the host registered a formula for it (`fulmen_flops_register_formula`,
+/// which may replace torch's formulas too). The
 /// backward passes `measured` starts count too, on whatever thread
 /// autograd runs them. Tensors on the meta device count without computing anything,
 /// where libtorch has meta kernels for their operators (the matrix
@@ -37,9 +39,10 @@ pub type fulmen_measure_fn = Option<unsafe extern "C" fn(userdata: *mut c_void) 
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`measured` or `flops` NULL),
 /// FULMEN_CODE_INVALID_STATE (called inside a measurement on the same
 /// thread: measurements do not nest, as torch's mode),
-/// FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), or the error
+/// FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), the error
 /// `measured` returned (its code kept, FULMEN_CODE_CALLBACK for an invalid
-/// one).
+/// one), or the first error a registered formula returned (its code
+/// kept).
 ///
 /// Thread rules: any thread; threads measure apart, and operators other
 /// threads run meanwhile are not counted.
@@ -158,7 +161,8 @@ pub unsafe extern "C" fn fulmen_model_measure_flops_by_module(
 /// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
 /// FULMEN_CODE_INVALID_STATE (inside a measurement on the same thread, or
 /// the model is in use), the forward's errors as `fulmen_model_forward`
-/// gives them, FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1).
+/// gives them, FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), the
+/// first error a registered formula returned (its code kept).
 ///
 /// Thread rules: any thread; the model is locked for the call.
 #[no_mangle]
