@@ -26,11 +26,16 @@ pub(crate) unsafe fn emit_counts(out: *mut *mut fulmen_flop_counts, counts: Flop
     write_out(out, "out", handle::into_raw(fulmen_flop_counts { counts, modules }))
 }
 
+/// The module a `module` argument names: NULL is "Global", the whole
+/// measurement.
+unsafe fn module_arg(module: *const c_char) -> Result<String> {
+    Ok(opt_str(module, "module")?.unwrap_or_else(|| "Global".to_owned()))
+}
+
 /// The operators of `module` (NULL: "Global") in the order first counted;
 /// none for a module that counted nothing.
 unsafe fn operators(c: &fulmen_flop_counts, module: *const c_char) -> Result<Vec<(&str, u64)>> {
-    let name = opt_str(module, "module")?;
-    Ok(c.counts.operators(name.as_deref().unwrap_or("Global")))
+    Ok(c.counts.operators(&module_arg(module)?))
 }
 
 /// Writes to `*out` the FLOPs counted for `module` (its name as
@@ -49,8 +54,7 @@ pub unsafe extern "C" fn fulmen_flop_counts_total(
     guard!(|| {
         check_out(out, "out")?;
         let c = handle::borrow(counts, "counts")?;
-        let name = opt_str(module, "module")?.unwrap_or_else(|| "Global".to_owned());
-        write_out(out, "out", c.counts.module_total(&name)?)
+        write_out(out, "out", c.counts.module_total(&module_arg(module)?)?)
     })
 }
 
