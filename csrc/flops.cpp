@@ -59,12 +59,26 @@
 
 extern "C" {
 
+// The kinds of a fulmen_cxx_flop_value (src/shim/flops.rs's `flop_kind`
+// numbers them alike): None, a tensor (`shape`, `ndim`, `dtype` a
+// fulmen_dtype or -1), an int (`integer`), a float (`number`), a bool
+// (`integer` 0 or 1), a string (`text`), a list of ints (`ints`,
+// `num_ints`), a list or tuple (`items`, `num_items`), anything else.
+enum FulmenCxxFlopKind : int32_t {
+  kFlopNone = 0,
+  kFlopTensor = 1,
+  kFlopInt = 2,
+  kFlopFloat = 3,
+  kFlopBool = 4,
+  kFlopString = 5,
+  kFlopInts = 6,
+  kFlopList = 7,
+  kFlopOther = 8,
+};
+
 // One argument or result of an operator as a host formula sees it
-// (src/shim/flops.rs declares the same layout): kind 0 None, 1 a tensor
-// (`shape`, `ndim`, `dtype` a fulmen_dtype or -1), 2 an int (`integer`), 3 a
-// float (`number`), 4 a bool (`integer` 0 or 1), 5 a string (`text`), 6 a
-// list of ints (`ints`, `num_ints`), 7 a list or tuple (`items`,
-// `num_items`), 8 anything else. Valid during the call only.
+// (src/shim/flops.rs declares the same layout), of a FulmenCxxFlopKind.
+// Valid during the call only.
 struct fulmen_cxx_flop_value {
   int32_t kind;
   int32_t dtype;
@@ -525,36 +539,36 @@ constexpr int kMaxViewDepth = 8;
 // A host formula's view of `v`, its storage in `keep`.
 fulmen_cxx_flop_value view(const c10::IValue& v, Views& keep, int depth) {
   fulmen_cxx_flop_value out{};
-  out.kind = 8;
+  out.kind = kFlopOther;
   out.dtype = -1;
   if (v.isNone()) {
-    out.kind = 0;
+    out.kind = kFlopNone;
   } else if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) {
-      out.kind = 0;  // an optional tensor left out boxes as an undefined one
+      out.kind = kFlopNone;  // an optional tensor left out boxes as an undefined one
     } else if (!t.is_nested()) {
       auto& dims = keep.ints.emplace_back(t.sizes().vec());
-      out.kind = 1;
+      out.kind = kFlopTensor;
       out.dtype = fulmen_dtype_of(t.scalar_type());
       out.shape = dims.data();
       out.ndim = dims.size();
     }
   } else if (v.isBool()) {
-    out.kind = 4;
+    out.kind = kFlopBool;
     out.integer = v.toBool() ? 1 : 0;
   } else if (v.isInt()) {
-    out.kind = 2;
+    out.kind = kFlopInt;
     out.integer = v.toInt();
   } else if (v.isDouble()) {
-    out.kind = 3;
+    out.kind = kFlopFloat;
     out.number = v.toDouble();
   } else if (v.isString()) {
-    out.kind = 5;
+    out.kind = kFlopString;
     out.text = keep.texts.emplace_back(v.toStringRef()).c_str();
   } else if (v.isIntList()) {
     auto& xs = keep.ints.emplace_back(v.toIntVector());
-    out.kind = 6;
+    out.kind = kFlopInts;
     out.ints = xs.data();
     out.num_ints = xs.size();
   } else if ((v.isList() || v.isTuple()) && depth < kMaxViewDepth) {
@@ -565,7 +579,7 @@ fulmen_cxx_flop_value view(const c10::IValue& v, Views& keep, int depth) {
       for (const c10::IValue& e : v.toTupleRef().elements()) items.push_back(view(e, keep, depth + 1));
     }
     auto& stored = keep.lists.emplace_back(std::move(items));
-    out.kind = 7;
+    out.kind = kFlopList;
     out.items = stored.data();
     out.num_items = stored.size();
   }
@@ -723,7 +737,7 @@ extern "C" {
 int fulmen_cxx_flops_begin(char* err, size_t err_len) {
   FULMEN_CXX_TRY
   if (current_session() != nullptr) {
-    throw std::runtime_error("FLOPs are being measured already on this thread (measurements do not nest)");
+    throw fulmen_cxx::StateError("FLOPs are being measured already on this thread (measurements do not nest)");
   }
   auto* stale = dynamic_cast<Session*>(c10::ThreadLocalDebugInfo::get(kSession));
   if (stale != nullptr) {
@@ -838,12 +852,12 @@ int fulmen_cxx_flops_register(const char* op, fulmen_cxx_flop_formula_fn fn, voi
   }
   bool all_decompose = has_functional ? functional_decompose : out_decompose;
   if (!found) {
-    throw std::runtime_error("no operator " + name +
+    throw fulmen_cxx::ArgumentError("no operator " + name +
                              " is registered with libtorch's dispatcher (a custom operator's library must be "
                              "loaded before its formula is registered)");
   }
   if (all_decompose) {
-    throw std::runtime_error(name +
+    throw fulmen_cxx::ArgumentError(name +
                              " decomposes into other operators (a CompositeImplicitAutograd kernel) before FLOP "
                              "counting sees it, as in torch's FlopCounterMode, so its formula would never be "
                              "called: register formulas for the operators it runs");
@@ -854,7 +868,7 @@ int fulmen_cxx_flops_register(const char* op, fulmen_cxx_flop_formula_fn fn, voi
   std::lock_guard<std::mutex> lock(g_formulas_mu);
   auto [at, inserted] = registry().emplace(name, formula);
   if (!inserted) {
-    throw std::runtime_error("a FLOP formula for " + name + " is registered already: unregister it first");
+    throw fulmen_cxx::StateError("a FLOP formula for " + name + " is registered already: unregister it first");
   }
   formula->drop = drop;
   FULMEN_CXX_CATCH(err, err_len)

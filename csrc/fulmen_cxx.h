@@ -25,6 +25,7 @@
 #define FULMEN_CXX_INVALID_ARGUMENT 5  // c10::ValueError
 #define FULMEN_CXX_DTYPE_MISMATCH 6  // c10::TypeError
 #define FULMEN_CXX_DISTRIBUTED 7  // c10::DistError
+#define FULMEN_CXX_INVALID_STATE 8  // fulmen_cxx::StateError
 
 extern "C" {
 // A host collectives group, as src/distributed/collectives.rs hands it to
@@ -56,6 +57,17 @@ inline void write_message(const std::string& msg, char* err, size_t err_len) {
 }
 
 // The status of a c10 error: its typed kind where it has one.
+// A shim's refusal of a call the caller's state forbids (a measurement
+// under way already, a name registered already): FULMEN_CXX_INVALID_STATE.
+struct StateError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A shim's refusal of the caller's arguments: FULMEN_CXX_INVALID_ARGUMENT.
+struct ArgumentError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 inline int status_of(const c10::Error& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return FULMEN_CXX_OUT_OF_MEMORY;
   if (dynamic_cast<const c10::IndexError*>(&e) != nullptr) return FULMEN_CXX_OUT_OF_RANGE;
@@ -133,6 +145,14 @@ void set_flops_thread_state(const FlopThreadState& state);
   catch (const c10::Error& e) {                                                   \
     fulmen_cxx::write_message(fulmen_cxx::short_message(e.what_without_backtrace()), err, err_len); \
     return fulmen_cxx::status_of(e);                                              \
+  }                                                                               \
+  catch (const fulmen_cxx::StateError& e) {                                       \
+    fulmen_cxx::write_message(e.what(), err, err_len);                            \
+    return FULMEN_CXX_INVALID_STATE;                                              \
+  }                                                                               \
+  catch (const fulmen_cxx::ArgumentError& e) {                                    \
+    fulmen_cxx::write_message(e.what(), err, err_len);                            \
+    return FULMEN_CXX_INVALID_ARGUMENT;                                           \
   }                                                                               \
   catch (const std::exception& e) {                                               \
     fulmen_cxx::write_message(fulmen_cxx::short_message(e.what()), err, err_len); \

@@ -146,13 +146,7 @@ struct Measuring {
 impl Measuring {
     fn begin() -> Result<Measuring> {
         // SAFETY: the shim writes at most `len` bytes of message.
-        call("measuring FLOPs", |err, len| unsafe { shim::fulmen_cxx_flops_begin(err, len) }).map_err(|e| {
-            if e.message.contains("measured already") {
-                Error::new(ErrorCode::InvalidState, e.message)
-            } else {
-                e
-            }
-        })?;
+        call("measuring FLOPs", |err, len| unsafe { shim::fulmen_cxx_flops_begin(err, len) })?;
         SCOPES.with(|s| s.set(Some(0)));
         Ok(Measuring { ended: false })
     }

@@ -113,14 +113,11 @@ pub fn register_flop_formula(op: &str, formula: Arc<dyn FlopFormula>) -> Result<
     let registered = call("registering a FLOP formula", |err, len| unsafe {
         shim::fulmen_cxx_flops_register(name.as_ptr(), call_formula, ctx, drop_formula, err, len)
     });
-    if let Err(e) = registered {
+    if registered.is_err() {
         // SAFETY: the shim did not take `ctx`.
         drop(unsafe { Box::from_raw(ctx.cast::<Arc<dyn FlopFormula>>()) });
-        let code =
-            if e.message.contains("registered already") { ErrorCode::InvalidState } else { ErrorCode::InvalidArgument };
-        return Err(Error::new(code, e.message));
     }
-    Ok(())
+    registered
 }
 
 /// Unregisters the formula of operator `op`; whether there was one.
@@ -160,15 +157,16 @@ unsafe fn arg(v: &FlopValue, depth: usize) -> FlopArg {
             std::slice::from_raw_parts(p, n).to_vec()
         }
     };
+    use crate::shim::flop_kind as K;
     match v.kind {
-        0 => FlopArg::None,
-        1 => FlopArg::Tensor { shape: ints(v.shape, v.ndim), dtype: DType::from_i32(v.dtype).ok() },
-        2 => FlopArg::Int(v.integer),
-        3 => FlopArg::Float(v.number),
-        4 => FlopArg::Bool(v.integer != 0),
-        5 if !v.text.is_null() => FlopArg::Str(CStr::from_ptr(v.text).to_string_lossy().into_owned()),
-        6 => FlopArg::Ints(ints(v.ints, v.num_ints)),
-        7 if depth < MAX_DEPTH => FlopArg::List(args(v.items, v.num_items, depth + 1)),
+        K::NONE => FlopArg::None,
+        K::TENSOR => FlopArg::Tensor { shape: ints(v.shape, v.ndim), dtype: DType::from_i32(v.dtype).ok() },
+        K::INT => FlopArg::Int(v.integer),
+        K::FLOAT => FlopArg::Float(v.number),
+        K::BOOL => FlopArg::Bool(v.integer != 0),
+        K::STRING if !v.text.is_null() => FlopArg::Str(CStr::from_ptr(v.text).to_string_lossy().into_owned()),
+        K::INTS => FlopArg::Ints(ints(v.ints, v.num_ints)),
+        K::LIST if depth < MAX_DEPTH => FlopArg::List(args(v.items, v.num_items, depth + 1)),
         _ => FlopArg::Other,
     }
 }

@@ -5,11 +5,31 @@ use libc::{c_char, c_int, c_void, size_t};
 /// global count, operator name, FLOPs).
 pub(crate) type OnCount = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char, u64);
 
+/// The `kind`s of a [`FlopValue`], as `csrc/flops.cpp`'s
+/// `FlopValueKind` numbers them (the C API's `fulmen_flop_value_kind`
+/// numbers them alike).
+pub(crate) mod flop_kind {
+    /// None, or an optional tensor left out.
+    pub const NONE: i32 = 0;
+    /// A tensor: `shape`, `ndim`, `dtype` (a fulmen_dtype or -1).
+    pub const TENSOR: i32 = 1;
+    /// An int: `integer`.
+    pub const INT: i32 = 2;
+    /// A float: `number`.
+    pub const FLOAT: i32 = 3;
+    /// A bool: `integer` 0 or 1.
+    pub const BOOL: i32 = 4;
+    /// A string: `text`.
+    pub const STRING: i32 = 5;
+    /// A list of ints: `ints`, `num_ints`.
+    pub const INTS: i32 = 6;
+    /// A list or tuple: `items`, `num_items`. Any other kind (8) is
+    /// anything else.
+    pub const LIST: i32 = 7;
+}
+
 /// One argument or result of an operator as a host formula sees it
-/// (`fulmen_cxx_flop_value`): `kind` 0 None, 1 a tensor (`shape`, `ndim`,
-/// `dtype` a fulmen_dtype or -1), 2 an int (`integer`), 3 a float
-/// (`number`), 4 a bool (`integer` 0 or 1), 5 a string (`text`), 6 a list
-/// of ints (`ints`), 7 a list or tuple (`items`), 8 anything else.
+/// (`fulmen_cxx_flop_value`), of a [`flop_kind`].
 #[repr(C)]
 pub(crate) struct FlopValue {
     pub kind: i32,

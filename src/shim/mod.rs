@@ -57,14 +57,15 @@ const TYPE_ERROR: c_int = 6;
 /// The statuses that name their code (`csrc/fulmen_cxx.h`): a part
 /// libtorch lacks (or c10's NotImplementedError), then c10's typed errors:
 /// out of memory, an index error, a value error, a type error, a c10d
-/// error.
-const TYPED: [(c_int, ErrorCode); 6] = [
+/// error; and a shim's own refusal of a call in the caller's state.
+const TYPED: [(c_int, ErrorCode); 7] = [
     (UNSUPPORTED, ErrorCode::Unsupported),
     (3, ErrorCode::OutOfMemory),
     (4, ErrorCode::OutOfRange),
     (5, ErrorCode::InvalidArgument),
     (TYPE_ERROR, ErrorCode::DtypeMismatch),
     (7, ErrorCode::Distributed),
+    (8, ErrorCode::InvalidState),
 ];
 /// Size of the error-message buffer handed to the shims.
 const ERR_LEN: usize = 1024;
