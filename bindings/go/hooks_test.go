@@ -210,7 +210,7 @@ func TestHookErrors(t *testing.T) {
 	defer m.Close()
 	tr := quietTrainer(t, 3, "logger", "false", "enable_checkpointing", "false")
 	defer tr.Close()
-	ok(t, tr.AddCallback("watcher", fulmen.CallbackFunc(func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+	watcher := fulmen.CallbackFunc(func(h fulmen.Hook, ctx *fulmen.HookContext) error {
 		seen = append(seen, h)
 		if h == fulmen.HookException {
 			exception = must(ctx.Exception())
@@ -218,7 +218,8 @@ func TestHookErrors(t *testing.T) {
 			return errors.New("ignored")
 		}
 		return nil
-	})))
+	})
+	ok(t, tr.AddCallback("watcher", watcher))
 	ctx := context.Background()
 
 	fail = func(h fulmen.Hook, c *fulmen.HookContext) error {
@@ -281,12 +282,16 @@ func TestHookErrors(t *testing.T) {
 		return nil
 	}
 	exception = ""
-	err = tr.Fit(cctx, m, train, val)
+	// A new trainer: the failed fits above left their progress on tr.
+	fresh := quietTrainer(t, 3, "logger", "false", "enable_checkpointing", "false")
+	defer fresh.Close()
+	ok(t, fresh.AddCallback("watcher", watcher))
+	err = fresh.Fit(cctx, m, train, val)
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, fulmen.ErrCallback) {
 		t.Fatalf("fit after a cancel in a hook: %v", err)
 	}
-	if after != 0 || must(tr.GlobalStep()) != 2 || exception == "" {
-		t.Fatalf("%d hooks ran after the cancel, global step %d, on_exception %q", after, must(tr.GlobalStep()), exception)
+	if after != 0 || must(fresh.GlobalStep()) != 2 || exception == "" {
+		t.Fatalf("%d hooks ran after the cancel, global step %d, on_exception %q", after, must(fresh.GlobalStep()), exception)
 	}
 
 	// RequestStop ends training after the current step.
@@ -296,8 +301,10 @@ func TestHookErrors(t *testing.T) {
 		}
 		return nil
 	}
-	ok(t, tr.Fit(ctx, m, train, val))
-	if s := must(tr.GlobalStep()); s != 3 {
+	stopping := quietTrainer(t, 3, "logger", "false", "enable_checkpointing", "false")
+	defer stopping.Close()
+	ok(t, stopping.Fit(ctx, m, train, val))
+	if s := must(stopping.GlobalStep()); s != 3 {
 		t.Fatalf("global step %d after a stop request at 3", s)
 	}
 	// A panic in a Callback (not the module) too.
@@ -619,6 +626,7 @@ func TestLogger(t *testing.T) {
 	// A failing logger ends the run; finalize says so.
 	r.fail = errors.New("disk full")
 	r.statuses = nil
+	ok(t, tr.SetMaxEpochs(3)) // one more epoch: the last fit's are done
 	err := tr.Fit(context.Background(), m, train, val)
 	if !errors.Is(err, r.fail) || !errors.Is(err, fulmen.ErrCallback) {
 		t.Fatalf("fit with a failing logger: %v", err)

@@ -86,6 +86,7 @@ func TestOverriddenModuleHooks(t *testing.T) {
 	if err := m.OverrideHook(fulmen.HookFitStart, true); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Errorf("overriding on_fit_start: %v", err)
 	}
+	ok(t, tr.SetMaxEpochs(2)) // one more epoch: the last fit's is done
 	ok(t, tr.Fit(context.Background(), m, train, val))
 	if transfers != 3 || evals != 1 || replaced != 2 {
 		t.Errorf("overridden: %d transfers (want 3), %d evals (want 1), %d replaced batches (want 2)", transfers, evals, replaced)

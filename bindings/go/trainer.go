@@ -265,7 +265,8 @@ func (t *Trainer) CallbackMetric(name string) (float64, error) {
 	return float64(v), err
 }
 
-// GlobalStep is the number of optimizer steps of the last fit.
+// GlobalStep is the number of optimizer steps of the trainer's fits so
+// far (a fit goes on from the last one's progress).
 func (t *Trainer) GlobalStep() (int64, error) {
 	var v C.int64_t
 	err := check(C.fulmen_trainer_global_step(t.ptr(), &v))
@@ -273,12 +274,30 @@ func (t *Trainer) GlobalStep() (int64, error) {
 	return int64(v), err
 }
 
-// CurrentEpoch is the number of epochs the last fit completed.
+// CurrentEpoch is the number of epochs the trainer's fits completed so
+// far: the epoch the next fit trains first.
 func (t *Trainer) CurrentEpoch() (int64, error) {
 	var v C.int64_t
 	err := check(C.fulmen_trainer_current_epoch(t.ptr(), &v))
 	runtime.KeepAlive(t)
 	return int64(v), err
+}
+
+// SetMaxEpochs sets the epoch limit of the next fits (-1: none),
+// Lightning's trainer.fit_loop.max_epochs = n: a finished fit trains on
+// from its epoch once raised.
+func (t *Trainer) SetMaxEpochs(maxEpochs int64) error {
+	err := check(C.fulmen_trainer_set_max_epochs(t.ptr(), C.int64_t(maxEpochs)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// SetMaxSteps sets the optimizer-step limit of the next fits (-1: none),
+// counting every fit's steps.
+func (t *Trainer) SetMaxSteps(maxSteps int64) error {
+	err := check(C.fulmen_trainer_set_max_steps(t.ptr(), C.int64_t(maxSteps)))
+	runtime.KeepAlive(t)
+	return err
 }
 
 // LogDir is the log folder of the last fit (.../lightning_logs/version_N);

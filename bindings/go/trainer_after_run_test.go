@@ -118,6 +118,27 @@ func TestSaveCheckpointAfterFit(t *testing.T) {
 		t.Fatalf("resumed to global step %d, epoch %d", s, e)
 	}
 
+	// Another fit goes on from the last one's progress: nothing at its
+	// limit, one more epoch once raised (Lightning's fit_loop.max_epochs).
+	ok(t, resumed.Fit(ctx, m, tl, vl))
+	if s := must(resumed.GlobalStep()); s != 24 {
+		t.Fatalf("a fit at its limit trained to step %d", s)
+	}
+	ok(t, resumed.SetMaxEpochs(4))
+	ok(t, resumed.Fit(ctx, m, tl, vl))
+	if s, e := must(resumed.GlobalStep()), must(resumed.CurrentEpoch()); s != 32 || e != 4 {
+		t.Fatalf("raised to 4 epochs: global step %d, epoch %d", s, e)
+	}
+	ok(t, resumed.SetMaxEpochs(-1))
+	ok(t, resumed.SetMaxSteps(36))
+	ok(t, resumed.Fit(ctx, m, tl, vl))
+	if s := must(resumed.GlobalStep()); s != 36 {
+		t.Fatalf("max_steps 36: global step %d", s)
+	}
+	if err := resumed.SetMaxSteps(-3); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("max_steps -3: %v", err)
+	}
+
 	other, om := newFixture(t)
 	defer other.model.Close()
 	defer om.Close()

@@ -91,6 +91,8 @@ func TestSeveralLoaders(t *testing.T) {
 	if _, err := tr.ValidateLoaders(bg, m, []*fulmen.Loader{al, nil}); !errors.Is(err, fulmen.ErrNullArgument) {
 		t.Fatalf("a nil loader: %v", err)
 	}
+	// No validation loaders: one more epoch, trained without validating.
+	ok(t, tr.SetMaxEpochs(2))
 	ok(t, tr.FitLoaders(bg, m, tl, nil))
 }
 

@@ -416,6 +416,7 @@ func TestFitStepErrors(t *testing.T) {
 		}
 		return loss.MulScalar(math.NaN())
 	}
+	ok(t, tr.SetMaxEpochs(2)) // one more epoch: the last fit's is done
 	if err := tr.Fit(ctx, m, l, nil); !errors.Is(err, fulmen.ErrNonFinite) {
 		t.Fatalf("NaN loss: %v", err)
 	}
@@ -583,8 +584,11 @@ func TestSchedulersInFit(t *testing.T) {
 	defer m.Close()
 	tr := quietTrainer(t, 3, "logger", "false")
 	defer tr.Close()
-	for _, kind = range []string{"step", "plateau", "both"} {
+	for i, k := range []string{"step", "plateau", "both"} {
+		kind = k
 		consumed = false
+		// Each kind trains three more epochs: a fit goes on from the last.
+		ok(t, tr.SetMaxEpochs(int64(3*(i+1))))
 		ok(t, tr.Fit(context.Background(), m, tl, vl))
 		if !consumed {
 			t.Fatalf("%s: optimizer and scheduler not consumed", kind)

@@ -343,6 +343,34 @@ struct fulmen_error *fulmen_trainer_num_devices(const struct fulmen_trainer *tra
 struct fulmen_error *fulmen_trainer_node_rank(const struct fulmen_trainer *trainer, size_t *out);
 
 /**
+ * Sets the epoch limit of the trainer's next fits, as the `max_epochs`
+ * option does (-1: none); Lightning's `trainer.fit_loop.max_epochs = n`.
+ * The next fit without `ckpt_path` goes on from the last fit's epoch, so
+ * a trainer whose fit of 2 epochs ended trains one more epoch with 3.
+ * The trainer's other options are unchanged.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`max_epochs` below -1; the
+ * trainer keeps its limit); FULMEN_CODE_INVALID_STATE also while the
+ * trainer runs (a hook of its fit cannot change it). Thread rules: the
+ * trainer is changed, so it is pinned exclusively (see `fulmen/base.h`).
+ */
+struct fulmen_error *fulmen_trainer_set_max_epochs(struct fulmen_trainer *trainer,
+                                                   int64_t max_epochs);
+
+/**
+ * Sets the optimizer-step limit of the trainer's next fits, as the
+ * `max_steps` option does (-1: none); Lightning's
+ * `trainer.fit_loop.max_steps = n`. The step count goes on across fits
+ * (`fulmen_trainer_global_step`), so the limit counts every fit's steps.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`max_steps` below -1; the trainer
+ * keeps its limit); FULMEN_CODE_INVALID_STATE also while the trainer
+ * runs. Thread rules: as `fulmen_trainer_set_max_epochs`.
+ */
+struct fulmen_error *fulmen_trainer_set_max_steps(struct fulmen_trainer *trainer,
+                                                  int64_t max_steps);
+
+/**
  * Writes the number of the run's optimizers (Lightning's
  * `len(trainer.optimizers)`): those configure_optimizers added, numbered
  * from 0 in its order as in `fulmen_hook_context_optimizer_index`; 0 in

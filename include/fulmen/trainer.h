@@ -964,11 +964,19 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
  * `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type`, it
  * resumes under any strategy and world size), "last" (the newest
  * last/any checkpoint of this root dir) or "best" (the best checkpoint of
- * this trainer's previous fit). Another fit on the same trainer starts
- * again at epoch 0 and global step 0 from the module's current weights
- * (Lightning's Trainer keeps its loop's progress, so there a second fit
- * of a finished run trains nothing): pass `ckpt_path` to continue a run.
- * Callbacks run on the
+ * this trainer's previous fit). Without `ckpt_path`, another fit on the
+ * same trainer goes on from the loop's progress the last fit left (its
+ * epoch and global step, whatever the model and the runs since), as
+ * Lightning's trainer keeps its `fit_loop`: on the module's current
+ * weights, with optimizers configure_optimizers makes anew; a fit whose
+ * progress is at `max_epochs` or `max_steps` trains nothing (no
+ * on_train_start / on_train_end; a warning says why) until
+ * `fulmen_trainer_set_max_epochs` / `fulmen_trainer_set_max_steps`
+ * raise the limit; a fit that failed inside an epoch goes on at that
+ * epoch's first batch. A `ckpt_path` replaces that progress with the
+ * checkpoint's. The `logger` option's loggers and the default
+ * ModelCheckpoint are the trainer's: every fit logs in one `version_N`
+ * folder and keeps its top-k checkpoints together. Callbacks run on the
  * calling thread. A failing callback stops training with an error naming
  * the callback, epoch and step; the parameters keep the last completed
  * update.
@@ -1098,14 +1106,17 @@ struct fulmen_error *fulmen_trainer_callback_metric(const struct fulmen_trainer 
                                                     double *out);
 
 /**
- * Writes the number of optimizer steps of the last fit.
+ * Writes Lightning's `trainer.global_step`: the optimizer steps of the
+ * trainer's fits so far (a fit goes on from the last one's count; a
+ * `ckpt_path` sets it to the checkpoint's).
  *
  * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_global_step(const struct fulmen_trainer *trainer, int64_t *out);
 
 /**
- * Writes the number of epochs the last fit completed.
+ * Writes Lightning's `trainer.current_epoch`: the epochs the trainer's
+ * fits completed so far (the epoch the next fit trains first).
  *
  * Errors: the common ones only.
  */
@@ -1113,8 +1124,9 @@ struct fulmen_error *fulmen_trainer_current_epoch(const struct fulmen_trainer *t
                                                   int64_t *out);
 
 /**
- * Copies the log folder of the last fit (`.../lightning_logs/version_N`)
- * into `buf` as for `fulmen_model_state_dict_name`;
+ * Copies the trainer's log folder (`.../lightning_logs/version_N`, one
+ * for every run of the trainer, as Lightning's `trainer.log_dir`) into
+ * `buf` as for `fulmen_model_state_dict_name`;
  * FULMEN_CODE_INVALID_STATE when no logger ran.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (no logger ran, see above),

@@ -202,12 +202,12 @@ impl Trainer {
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
-        self.prepare_loggers(global_zero, false)?;
+        self.prepare_loggers(global_zero)?;
         let kept: Vec<Box<dyn Callback>> = std::mem::take(&mut self.defaults)
             .into_iter()
             .filter(|c| super::fit_loop::is_checkpoint(c.as_ref()))
             .collect();
-        self.defaults = self.default_callbacks(false, global_zero)?;
+        self.defaults = self.default_callbacks(false, global_zero, None)?;
         self.defaults.extend(kept);
         let opts = self.opts.clone();
         let callbacks: Vec<&mut Box<dyn Callback>> =

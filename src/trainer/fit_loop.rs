@@ -7,6 +7,7 @@ use super::epoch_loop::train_epoch;
 use super::fit_data::FitData;
 use super::hooks::{Callback, Hook};
 use super::manual_optimization::check_manual;
+use super::next_fit::{done_before_start, FitLoopState};
 use super::options::ValCheckInterval;
 use super::run::Run;
 use super::source::BatchSource;
@@ -24,8 +25,14 @@ pub(super) fn is_checkpoint(cb: &dyn Callback) -> bool {
 impl Trainer {
     /// The built-in callbacks a run adds: progress bar, a Timer for
     /// `max_time`, and a ModelCheckpoint when checkpointing is on and the
-    /// user added none.
-    pub(crate) fn default_callbacks(&self, fitting: bool, global_zero: bool) -> Result<Vec<Box<dyn Callback>>> {
+    /// user added none: `kept`, the one an earlier fit made, when there is
+    /// one (Lightning's trainer makes its own once).
+    pub(crate) fn default_callbacks(
+        &self,
+        fitting: bool,
+        global_zero: bool,
+        kept: Option<Box<dyn Callback>>,
+    ) -> Result<Vec<Box<dyn Callback>>> {
         let mut d: Vec<Box<dyn Callback>> = Vec::new();
         if self.opts.enable_progress_bar && global_zero {
             d.push(Box::new(ProgressBar::new(1)));
@@ -36,7 +43,10 @@ impl Trainer {
             }
             let has_checkpoint = self.callbacks.iter().any(|c| is_checkpoint(c.as_ref()));
             if self.opts.enable_checkpointing && !has_checkpoint && self.opts.fast_dev_run == 0 {
-                d.push(Box::new(ModelCheckpoint::new(ModelCheckpointOptions::default())?));
+                d.push(match kept {
+                    Some(k) => k,
+                    None => Box::new(ModelCheckpoint::new(ModelCheckpointOptions::default())?),
+                });
             }
         }
         Ok(d)
@@ -64,12 +74,13 @@ impl Trainer {
         Ok(out)
     }
 
-    /// The loggers of a run: the `logger` option's file loggers, new ones
-    /// for a fit (`fresh`) and otherwise those the last run left (new ones
-    /// on first use); then the run's log folder, whether a logger takes
-    /// media, and whether the run has loggers at all.
-    pub(super) fn prepare_loggers(&mut self, global_zero: bool, fresh: bool) -> Result<()> {
-        if fresh || self.file_loggers.is_empty() {
+    /// The loggers of a run: the `logger` option's file loggers, those
+    /// the last run left (made on first use: Lightning's trainer makes
+    /// its loggers once, so every run logs in one `version_N`); then the
+    /// run's log folder, whether a logger takes media, and whether the run
+    /// has loggers at all.
+    pub(super) fn prepare_loggers(&mut self, global_zero: bool) -> Result<()> {
+        if self.file_loggers.is_empty() {
             self.file_loggers = self.new_file_loggers(global_zero)?;
         }
         self.logger_folder_and_media(global_zero)?;
@@ -167,18 +178,33 @@ impl Trainer {
             }
             None => None,
         };
+        // Without a checkpoint the loop goes on from the last fit's
+        // progress (Lightning's trainer keeps its fit_loop).
+        let carried = self.fit_loop.filter(|_| resume.is_none());
+        let progress = carried.map(|c| c.for_next_fit(self.opts.step_limit() != -1));
         let writer = self.checkpoint_writer();
         let (_settings, strategy) = self.start_run(module, true)?;
         let global_zero = strategy.is_global_zero();
         let mut data = FitData::new(&*module, &strategy, &self.opts, train, vals);
+        // The file loggers' folder stays with them (Lightning's loggers).
+        let dirs = (self.state.log_dir.take(), self.state.run_dir.take());
         self.begin_state();
+        if !self.file_loggers.is_empty() {
+            (self.state.log_dir, self.state.run_dir) = dirs;
+        }
+        if let (Some(c), Some(p)) = (carried, progress) {
+            self.state.global_step = c.global_step;
+            self.state.batches_stepped = c.batches_stepped;
+            self.state.epoch = FitLoopState::next_epoch(&p);
+        }
         self.state.global_rank = strategy.global_rank();
         self.state.ckpt_path = resume.clone();
         self.state.checkpoint_plugin = self.checkpoint_io.is_some();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
-        self.defaults = self.default_callbacks(true, global_zero)?;
-        self.prepare_loggers(global_zero, true)?;
+        let kept = std::mem::take(&mut self.defaults).into_iter().find(|c| is_checkpoint(c.as_ref()));
+        self.defaults = self.default_callbacks(true, global_zero, kept)?;
+        self.prepare_loggers(global_zero)?;
         self.state.num_devices = strategy.num_devices();
         self.state.node_rank = strategy.node_rank();
         set_val_batches(&mut self.state, &self.opts, &data.vals());
@@ -190,6 +216,9 @@ impl Trainer {
             loggers.extend(self.extra_loggers.iter_mut());
         }
         let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy, writer)?;
+        if let Some(p) = progress {
+            run.progress = p;
+        }
         run.graphs = super::graphed_step::GraphedSteps::when(&opts);
         run.grads_stay = run.graphs.is_some();
         run.requeue = super::slurm::Requeue::when(opts.slurm_auto_requeue, &opts.default_root_dir);
@@ -235,6 +264,11 @@ impl Trainer {
         // it ended or failed (Lightning's trainer keeps its optimizers and
         // loops).
         let remains = super::after_run::FitRemains::of(&mut run, estimated);
+        self.fit_loop = Some(FitLoopState {
+            progress: remains.progress,
+            global_step: run.state.global_step,
+            batches_stepped: run.state.batches_stepped,
+        });
         self.last_fit = Some(remains);
         result
     }
@@ -347,9 +381,10 @@ fn fit_run(
     let (start_epoch, mut skip_batches) = match &ck {
         Some(ck) if ck.epoch_finished => (ck.epoch + 1, 0),
         Some(ck) => (ck.epoch, ck.batches_in_epoch.max(0) as usize),
-        None => (0, 0),
+        // A new fit, or one going on from the trainer's last (its epoch).
+        None => (run.state.epoch, 0),
     };
-    let load_epoch = ck.as_ref().map_or(0, |ck| ck.epoch);
+    let load_epoch = ck.as_ref().map_or(start_epoch, |ck| ck.epoch);
     run.state.epoch = load_epoch;
     if data.prepare_train(&mut *run.module, &run.strategy, load_epoch)? {
         run.state.num_train_batches = count_train_batches(opts, data.train()?);
@@ -410,12 +445,31 @@ fn fit_run(
         checked?;
         restored?;
     }
+    let max_steps = opts.step_limit();
+    let done = done_before_start(run.state.max_epochs, max_steps, start_epoch, run.state.global_step);
+    if let Some(why) = done {
+        // Lightning's fit loop skips itself, with on_train_start and
+        // on_train_end, when it is done before its first epoch.
+        let step = run.state.global_step;
+        let from = if resume.is_some() {
+            format!("; the checkpoint ended at epoch {start_epoch}, step {step}")
+        } else if start_epoch > 0 || step > 0 {
+            format!(
+                "; this fit went on from the trainer's last one (epoch {start_epoch}, step {step}): raise the limit \
+                 (fulmen_trainer_set_max_epochs / fulmen_trainer_set_max_steps) or pass ckpt_path to train on"
+            )
+        } else {
+            String::new()
+        };
+        run.warn_once("fit_done", &format!("`Trainer.fit` stopped: {why}{from}"));
+        run.state.epoch = start_epoch;
+        return finish_fit(run);
+    }
     run.simple(Hook::TrainStart)?;
     run.refresh_learning_rates();
     // A wall-time val_check_interval counts from here (after the sanity
     // check), as Lightning's fit loop starts its clock.
     run.last_validation = std::time::Instant::now();
-    let max_steps = opts.step_limit();
     let min_epochs = opts.min_epochs.unwrap_or(0);
     let min_steps = opts.min_steps.unwrap_or(0);
     let mut epoch = start_epoch;
@@ -446,6 +500,12 @@ fn fit_run(
     run.state.epoch = epoch;
     run.verify_deferred()?;
     run.simple(Hook::TrainEnd)?;
+    finish_fit(run)
+}
+
+/// What a fit does after its loop: on_fit_end, the datamodule's and the
+/// module's teardown, the strategy's, and the logs.
+fn finish_fit(run: &mut Run) -> Result<()> {
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;
     super::datamodule::teardown(run)?;

@@ -23,6 +23,7 @@ mod manual_optimization;
 pub mod metric_map;
 pub mod metrics;
 pub mod module;
+mod next_fit;
 pub mod optimization;
 pub mod option_table;
 pub mod options;
@@ -69,10 +70,10 @@ pub struct Trainer {
     defaults: Vec<Box<dyn Callback>>,
     /// Loggers added by the user (host loggers), kept across runs.
     extra_loggers: Vec<Box<dyn Logger>>,
-    /// The `logger` option's CSV / TensorBoard loggers: each fit makes
-    /// them in a new `version_N` folder, and the validate, test and
-    /// predict runs after it log there too (made on first use when no fit
-    /// came first), as Lightning's trainer keeps its loggers.
+    /// The `logger` option's CSV / TensorBoard loggers: the first run
+    /// makes them in a new `version_N` folder, and every later run (fit,
+    /// validate, test, predict) logs there too, as Lightning's trainer
+    /// keeps its loggers.
     file_loggers: Vec<Box<dyn Logger>>,
     /// State of the last run.
     pub state: TrainerState,
@@ -84,6 +85,10 @@ pub struct Trainer {
     /// What the last fit left for `save_checkpoint` and the queries after
     /// it.
     last_fit: Option<after_run::FitRemains>,
+    /// The fit loop's state the last fit left, whatever the model and the
+    /// runs since (Lightning's trainer keeps its `fit_loop`): the next fit
+    /// without a checkpoint goes on from it.
+    fit_loop: Option<next_fit::FitLoopState>,
     /// The checkpoint IO plugin every checkpoint goes through; `None`:
     /// local files.
     checkpoint_io: Option<std::sync::Arc<dyn crate::checkpoint::io::CheckpointIo>>,
@@ -103,6 +108,7 @@ impl Trainer {
             profiler_report: None,
             attached: None,
             last_fit: None,
+            fit_loop: None,
             checkpoint_io: None,
         })
     }

@@ -178,4 +178,4 @@ fn add_training_state(
 
 #[cfg(test)]
 #[path = "save_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -48,12 +48,12 @@ fn a_fit_that_ended_stands_between_epochs() {
 }
 
 /// A linear regression on a shared model, trained with plain SGD.
-struct Regression {
-    model: SharedModel,
+pub(crate) struct Regression {
+    pub(crate) model: SharedModel,
 }
 
 impl Regression {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Regression { model: Arc::new(Mutex::new(Module::linear(2, 1, true).unwrap())) }
     }
 }
@@ -80,7 +80,7 @@ impl LightningModule for Regression {
 }
 
 /// 8 samples in batches of 4: two batches per epoch.
-fn loader() -> DataLoader {
+pub(crate) fn loader() -> DataLoader {
     let opts = (Kind::Float, TchDevice::Cpu);
     let ds = TensorDataset::new(vec![Tensor::randn([8, 2], opts), Tensor::randn([8, 1], opts)]).unwrap();
     DataLoader::new(Arc::new(ds), DataLoaderOptions { batch_size: 4, ..Default::default() }).unwrap()
@@ -89,7 +89,7 @@ fn loader() -> DataLoader {
 /// A trainer of `epochs` epochs on the CPU writing fulmen's own
 /// checkpoints, with no logger, checkpoint callback, progress bar or
 /// summary.
-fn trainer(dir: &TempDir, epochs: i64) -> Trainer {
+pub(crate) fn trainer(dir: &TempDir, epochs: i64) -> Trainer {
     let mut o = TrainerOptions::default();
     let root = dir.to_string_lossy().to_string();
     let epochs = epochs.to_string();

@@ -455,6 +455,8 @@ static void test_manual_clip_gradients(void) {
     fulmen_lightning_module_free(m);
 
     m = fixture_module(s.model, &s, automatic_clip_step, NULL);
+    fulmen_trainer_free(t); /* a new trainer: this one's fit is done */
+    t = fixture_trainer(NULL, 1);
     CHECK_OK(fulmen_trainer_fit(t, m, loader, NULL, NULL));
     CHECK(s.errors_ok);
     fulmen_lightning_module_free(m);

@@ -607,6 +607,7 @@ static int scenario_prepare_nodes(const char *dir) {
 
     CHECK_OK(fulmen_datamodule_set_prepare_data_per_node(dm, false));
     CHECK_OK(fulmen_lightning_module_set_prepare_data_per_node(m, false));
+    CHECK_OK(fulmen_trainer_set_max_epochs(t, 2)); /* the next fit trains one more epoch */
     CHECK_OK(fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL));
     int expected = rank == 0 ? 2 : 1;
     CHECK(datamodule_prepare_calls == expected && module_prepare_calls == expected);

@@ -313,11 +313,17 @@ static void test_lambda_from_the_module(fulmen_loader *loader) {
     CHECK_OK(fulmen_trainer_fit(t, mh, loader, NULL, NULL));
     CHECK(r.calls == 2 && r.epochs[0] == 3 && r.epochs[1] == 4 && r.freed == 0);
     CHECK(fixture_max_diff(constant.model, hosted.model) == 0.0);
-    /* a second run's configure_callbacks adds a new one */
+    /* a second run's configure_callbacks adds a new one, at the fit's
+     * limit too (nothing trains) */
     CHECK_OK(fulmen_trainer_fit(t, mh, loader, NULL, NULL));
     CHECK(r.freed == 1);
-    fulmen_trainer_free(t);
+    /* one more epoch: the third run's new one has no backbone lr to go on
+     * from past the unfreeze epoch (Lightning's fails there too) */
+    CHECK_OK(fulmen_trainer_set_max_epochs(t, 5));
+    CHECK_ERR(fulmen_trainer_fit(t, mh, loader, NULL, NULL), FULMEN_CODE_INVALID_STATE, "backbone's lr is unknown");
     CHECK(r.freed == 2);
+    fulmen_trainer_free(t);
+    CHECK(r.freed == 3);
     module_lambda = NULL;
     free_run(&hosted, mh);
     free_run(&constant, mc);

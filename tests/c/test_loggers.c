@@ -238,11 +238,6 @@ static int parse_csv(char *text, csv_row *rows, int cap, char *header, size_t hc
     return n;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* 2 epochs x 4 batches, 2 validation batches, log_every_n_steps 2. */
 static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     fixture f = {.model = mlp(), .fail_at_step = -1};
@@ -320,23 +315,39 @@ static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     snprintf(path, sizeof path, "%s", dir);
     CHECK(file_with_prefix(path, "events.out.tfevents.") == -1); /* csv only */
 
-    /* the next fit writes version_1 */
+    /* the next fit, at the finished one's limit, trains and logs nothing
+     * (Lightning's trainer keeps its loop's progress) */
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK(h.n == 8 && h.finalize_calls == 2);
+    /* raised to 4 epochs, the next fit trains epochs 2 and 3 and logs on
+     * in version_0, as Lightning's trainer keeps its loggers */
+    CHECK_OK(fulmen_trainer_set_max_epochs(t, 4));
     CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
     CHECK_OK(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));
-    CHECK(ends_with(dir, "/lightning_logs/version_1"));
+    CHECK(strcmp(dir, expect_dir) == 0);
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    CHECK(exists(path));
-    CHECK(h.hparams_calls == 2 && h.finalize_calls == 2 && h.n == 16);
+    text = fixture_read_text(path);
+    n = text != NULL ? parse_csv(text, rows, 32, header, sizeof header) : -1;
+    CHECK(n == 16);
+    if (n == 16) {
+        CHECK(rows[7].epoch == 1 && rows[7].step == 7); /* the first fit's rows stay */
+        CHECK(rows[8].epoch == 2 && rows[8].step == 9 && strcmp(rows[8].names, "train_loss_step") == 0);
+        CHECK(rows[15].epoch == 3 && rows[15].step == 15 && strcmp(rows[15].names, "train_loss_epoch") == 0);
+    }
+    free(text);
+    CHECK(h.hparams_calls == 3 && h.finalize_calls == 3 && h.n == 16);
+    CHECK(h.epoch[8] == 2 && h.step[15] == 15);
 
     /* validate sends its metrics to the host logger, at the fit's last step;
      * Lightning's teardown then finalizes every logger with "success" */
     CHECK_OK(fulmen_trainer_validate(t, m, vl, NULL));
-    CHECK(h.n == 17 && strcmp(h.names[16], "val_loss") == 0 && h.step[16] == 8);
-    if (h.finalize_calls != 3) fprintf(stderr, "after validate: finalize called %d times, expected 3\n", h.finalize_calls);
-    CHECK(h.finalize_calls == 3 && strcmp(h.status, "success") == 0);
+    CHECK(h.n == 17 && strcmp(h.names[16], "val_loss") == 0 && h.step[16] == 16);
+    if (h.finalize_calls != 4) fprintf(stderr, "after validate: finalize called %d times, expected 4\n", h.finalize_calls);
+    CHECK(h.finalize_calls == 4 && strcmp(h.status, "success") == 0);
 
-    /* a failing fit finalizes with "failed" */
-    f.fail_at_step = 2;
+    /* a failing fit finalizes with "failed" (the third batch of epoch 4) */
+    CHECK_OK(fulmen_trainer_set_max_epochs(t, 6));
+    f.fail_at_step = 18;
     int before = h.finalize_calls;
     CHECK_ERR(fulmen_trainer_fit(t, m, tl, vl, NULL), FULMEN_CODE_CALLBACK, "training exploded");
     CHECK(h.finalize_calls == before + 1 && strcmp(h.status, "failed") == 0);
@@ -351,7 +362,10 @@ static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     fulmen_error_free(e);
     int64_t step = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
-    CHECK(step == 4); /* the second log call, for step index 3, fails after that step */
+    /* epoch 4 again from its first batch at step 18 (the failed fit's
+     * count): the second log call, for step index 21, fails after that
+     * step */
+    CHECK(step == 22);
     CHECK(h.finalize_calls == before + 1 && strcmp(h.status, "failed") == 0);
 
     CHECK(h.freed == 0);

@@ -390,7 +390,9 @@ static void test_trainer_with_handles(fulmen_loader *tl) {
     /* The handles stay usable and freeable while the trainer holds them. */
     fulmen_logger_free(csv);
     fulmen_logger_free(tb);
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL)); /* logs on into the same folders */
+    /* one more epoch logs on into the same folders */
+    CHECK_OK(fulmen_trainer_set_max_epochs(t, 3));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     int files = 0;
     CHECK(event_file_has(tb_dir, "w0_image", 8, &files) && files == 2);
     fulmen_trainer_free(t);

@@ -331,15 +331,22 @@ static void test_callback_failures(void) {
 
     CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_CALLBACK, "training_step (epoch 0, global step 3, batch 3)");
     CHECK(fulmen_live_handles() == live);
+    /* Each case on a new trainer: one goes on from its last fit's step. */
+    fulmen_trainer_free(t);
+    t = trainer_with(root, 2, "logger", "false");
     f.fail_at_step = -1;
     f.nan_at_step2 = true;
     CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_NON_FINITE, "NaN");
     f.nan_at_step2 = false;
     /* A step that writes no loss is skipped, as Lightning's `return None`
      * (no backward; tests/c/test_hook_returns.c checks the rest). */
+    fulmen_trainer_free(t);
+    t = trainer_with(root, 2, "logger", "false");
     f.leave_loss_null = true;
     CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     f.leave_loss_null = false;
+    fulmen_trainer_free(t);
+    t = trainer_with(root, 2, "logger", "false");
     f.detached_loss = true;
     CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_INVALID_STATE, "does not require grad");
     f.detached_loss = false;
@@ -371,6 +378,8 @@ static void test_schedulers_in_fit(void) {
     fulmen_trainer *t = trainer_with(root, 3, "logger", "false");
     CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
     f.scheduler = "plateau";
+    fulmen_trainer_free(t); /* a new trainer: this one's fit is done */
+    t = trainer_with(root, 3, "logger", "false");
     CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
@@ -507,6 +516,7 @@ static void test_iterator_loader(void) {
     CHECK(s.resets == 3);
     CHECK(f.train_calls == 12);
     s.fail = true;
+    CHECK_OK(fulmen_trainer_set_max_epochs(t, 4));
     CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL, NULL), FULMEN_CODE_IO, "stream broke");
     fulmen_loader_free(l);
     CHECK(s.freed == 1);

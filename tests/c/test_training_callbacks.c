@@ -130,6 +130,7 @@ static void test_on_exception(const char *root, fulmen_loader *loader) {
     CHECK(stale != NULL);
     if (stale != NULL) fclose(stale);
     CHECK_OK(fulmen_trainer_add_on_exception_checkpoint(tf, dir, "mine"));
+    CHECK_OK(fulmen_trainer_set_max_epochs(tf, 3)); /* one more epoch */
     CHECK_OK(fulmen_trainer_fit(tf, mf, loader, NULL, NULL));
     CHECK(stat(ckpt, &st) != 0);
     CHECK_ERR(fulmen_trainer_add_on_exception_checkpoint(tf, NULL, NULL), FULMEN_CODE_NULL_ARGUMENT, "dirpath");

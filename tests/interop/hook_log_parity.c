@@ -212,6 +212,11 @@ int main(int argc, char **argv) {
     print_run(t, "validate_");
     TRY(fulmen_trainer_test(t, m, loader, NULL));
     print_run(t, "test_");
+    /* Lightning's trainer.fit_loop.max_epochs = 3 and fit again: one more
+     * epoch, logged on in the same metrics.csv. */
+    TRY(fulmen_trainer_set_max_epochs(t, 3));
+    TRY(fulmen_trainer_fit(t, m, loader, loader, NULL));
+    print_run(t, "refit_");
     char dir[1024];
     size_t len = 0;
     TRY(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));

@@ -11,7 +11,9 @@ on_validation_batch_end (default: on_epoch, the mean weighted by batch
 size), on_train_epoch_start (on_epoch), on_validation_epoch_end,
 training_step and validation_step (on_step + on_epoch, a sum, a
 logger=False value), values that depend only on the loop's position. Then
-the same trainer validates over two loaders and tests over one. The same
+the same trainer validates over two loaders, tests over one, and fits
+again with max_epochs raised to 3 (Lightning's trainer.fit_loop.max_epochs),
+going on with epoch 2 and logging on in the same folder. The same
 module on Lightning's Trainer must give, after each run, the same
 trainer.logged_metrics and trainer.callback_metrics (same names, values
 equal to float32 precision), validate and test must return the same
@@ -105,6 +107,9 @@ def lightning_side(work):
         record("", [])
         record("validate_", trainer.validate(module, [loader, tens], verbose=False))
         record("test_", trainer.test(module, loader, verbose=False))
+        trainer.fit_loop.max_epochs = 3
+        trainer.fit(module, loader, loader)
+        record("refit_", [])
     return runs, logger.log_dir
 
 
@@ -120,7 +125,7 @@ def fulmen_side(binary, work):
             continue
         name, value = rest.rsplit(" ", 1)
         runs.setdefault(kind, {})[name] = float(value)
-    for prefix in ("", "validate_", "test_"):
+    for prefix in ("", "validate_", "test_", "refit_"):
         for kind in ("logged", "callback"):
             runs.setdefault(prefix + kind, {})
     return runs, log_dir

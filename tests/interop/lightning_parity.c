@@ -120,7 +120,10 @@
  * saves every that many optimizer steps (step=N.ckpt) instead of every
  * epoch. With FULMEN_SAVE_AFTER_FIT set in the environment, the fit is
  * followed by fulmen_trainer_save_checkpoint to that path (Lightning's
- * trainer.save_checkpoint after fit). A failed call
+ * trainer.save_checkpoint after fit). With FULMEN_REFIT_EPOCHS=N, the fit
+ * is followed by fulmen_trainer_set_max_epochs(N) and two more fits
+ * without a checkpoint (Lightning's trainer.fit_loop.max_epochs = N and
+ * fit again). A failed call
  * prints its error code and message and exits 1. */
 #include <fulmen.h>
 #include <math.h>
@@ -883,6 +886,16 @@ int main(int argc, char **argv) {
         /* reload: no loaders, the module's hooks give them. */
         TRY(fulmen_trainer_fit(trainer, module, reload ? NULL : loader, validating && !reload ? val_loader : NULL,
                                argc > 10 && strcmp(argv[10], "-") != 0 ? argv[10] : NULL));
+        const char *refit = getenv("FULMEN_REFIT_EPOCHS");
+        if (refit != NULL && refit[0] != '\0') {
+            /* Lightning's trainer.fit_loop.max_epochs = N and another fit,
+             * going on from this one; then a third at that limit, which
+             * trains nothing. */
+            TRY(fulmen_trainer_set_max_epochs(trainer, strtoll(refit, NULL, 10)));
+            for (int again = 0; again < 2; again++)
+                TRY(fulmen_trainer_fit(trainer, module, reload ? NULL : loader,
+                                       validating && !reload ? val_loader : NULL, NULL));
+        }
         const char *after = getenv("FULMEN_SAVE_AFTER_FIT");
         if (after != NULL && after[0] != '\0') TRY(fulmen_trainer_save_checkpoint(trainer, module, after, false));
     }

@@ -30,10 +30,14 @@ weights and sees the same batches in the same order on one CPU thread:
    folders, its own `fulmen` entry and the rounding of a metric fulmen
    averages in float64; so must a checkpoint taken inside an epoch, and
    the last one of a run resumed from fulmen's Lightning-format file.
-5. trainer.save_checkpoint after fit (steplr): the file
+5. A second fit of one trainer (steplr, stepfreq): after FIRST epochs,
+   trainer.fit_loop.max_epochs = EPOCHS and fit again, then once more
+   (which trains nothing), in fulmen with fulmen_trainer_set_max_epochs:
+   the same losses, and the last epoch's checkpoints hold the same.
+6. trainer.save_checkpoint after fit (steplr): the file
    fulmen_trainer_save_checkpoint writes holds what Lightning's holds, and
    Lightning's Trainer and fulmen resume from it to the uninterrupted run.
-6. The learning-rate range test: fulmen_trainer_lr_find and Lightning's
+7. The learning-rate range test: fulmen_trainer_lr_find and Lightning's
    Tuner.lr_find (1e-5 to 1 over 30 steps, SGD with momentum) try the same
    learning rates, record the same smoothed losses and suggest the same
    learning rate.
@@ -189,9 +193,11 @@ def build():
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=None, save_after=None):
+def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=None, save_after=None, refit=None):
     """Lightning's Trainer on the twin of lightning_parity.c's run; with
-    `save_after`, trainer.save_checkpoint(save_after) once fit returns."""
+    `refit`, trainer.fit_loop.max_epochs = refit and two more fits of the
+    same trainer; with `save_after`, trainer.save_checkpoint(save_after)
+    once fit returns."""
     import lightning.pytorch as pl
     from safetensors.torch import load_file
 
@@ -400,6 +406,10 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         trainer.fit(module, ckpt_path=resume)
     else:
         trainer.fit(module, loader, val, ckpt_path=resume)
+    if refit:
+        trainer.fit_loop.max_epochs = refit
+        for _ in range(2):
+            trainer.fit(module, loader, val)
     if save_after:
         trainer.save_checkpoint(save_after)
     first_lr = FIRST_LR.get(optimizer, 0.1 if optimizer.startswith("sgd") else 0.01)
@@ -408,7 +418,7 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
     return losses
 
 
-def fulmen_losses(binary, config, work, name, epochs, extra=(), save_after=None):
+def fulmen_losses(binary, config, work, name, epochs, extra=(), save_after=None, refit=None):
     path = os.path.join(work, f"{config}-{name}.losses")
     if os.path.exists(path):
         os.remove(path)
@@ -416,6 +426,9 @@ def fulmen_losses(binary, config, work, name, epochs, extra=(), save_after=None)
             os.path.join(work, "y.i64"), str(SAMPLES), str(BATCH), str(epochs), path, *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("FULMEN_SAVE_AFTER_FIT", None)
+    env.pop("FULMEN_REFIT_EPOCHS", None)
+    if refit:
+        env["FULMEN_REFIT_EPOCHS"] = str(refit)
     if save_after:
         env["FULMEN_SAVE_AFTER_FIT"] = save_after
     run = subprocess.run(args, capture_output=True, text=True, env=env)
@@ -503,6 +516,24 @@ def save_after_fit_parity(binary, work, init, x, y, reference):
     results.append(compare(f"{config}: fulmen resumed from fulmen_trainer_save_checkpoint's file vs Lightning "
                            "uninterrupted", by_fulmen, reference))
     return results
+
+
+def refit_parity(binary, work, init, x, y, config):
+    """A second fit of one trainer: after a fit of FIRST epochs,
+    trainer.fit_loop.max_epochs = EPOCHS and fit again goes on from the
+    first fit's epoch and step with optimizers configure_optimizers makes
+    anew, and a third fit at that limit trains nothing. Every step's loss,
+    and the checkpoint of the last epoch (its loop progress, the
+    ModelCheckpoint's state, the new optimizer's), equal Lightning's."""
+    ours, theirs = os.path.join(work, f"{config}-refit-fulmen"), os.path.join(work, f"{config}-refit-lightning")
+    for d in (ours, theirs):
+        shutil.rmtree(d, ignore_errors=True)
+    got = fulmen_losses(binary, config, work, "refit", FIRST, [ours, "-", "lightning"], refit=EPOCHS)
+    want = lightning_losses(config, init, x, y, FIRST, theirs, refit=EPOCHS)
+    last = f"epoch={EPOCHS - 1}.ckpt"
+    return [compare(f"{config}: fit again with max_epochs raised, fulmen vs Lightning", got, want),
+            compare_files(f"{config}: {last} of the second fit, fulmen's vs Lightning's", os.path.join(ours, last),
+                          os.path.join(theirs, last))]
 
 
 def lightning_mid_epoch(config, init, x, y, ckpt_dir, every):
@@ -673,6 +704,8 @@ def main():
                                          os.path.join(ours, name), os.path.join(theirs, name)))
     if not a.configs:
         results += save_after_fit_parity(a.binary, work, init, x, y, lightning_losses("steplr", init, x, y))
+        for config in ("steplr", "stepfreq"):
+            results += refit_parity(a.binary, work, init, x, y, config)
         results += lr_find_parity(a.binary, work, init, x, y)
     failed = results.count(False)
     print(f"lightning_parity: {len(results) - failed} passed, {failed} failed")

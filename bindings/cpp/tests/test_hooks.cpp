@@ -759,6 +759,7 @@ TEST_F(HookTest, OverriddenModuleHooksAndOptimizerIndex) {
     module.override_hook(Hook::BeforeBatchTransfer).override_hook(Hook::ValidationModelEval);
     EXPECT_EQ(fulmen_test::error_code([&] { module.override_hook(Hook::FitStart); }), FULMEN_CODE_INVALID_ARGUMENT);
     module_hooks.clear();
+    trainer.set_max_epochs(2);  // the next fit goes on with epoch 1
     trainer.fit(module, train, train);
     EXPECT_EQ(replaced, 2u);
     // 2 training and 2 validation batches.

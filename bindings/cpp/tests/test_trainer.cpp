@@ -392,6 +392,17 @@ TEST_F(TrainerTest, SaveCheckpointAfterFitAndWhatTheTrainerKnows) {
     EXPECT_EQ(resumed.global_step(), 24);
     EXPECT_EQ(resumed.current_epoch(), 3);
 
+    // Another fit goes on from the last one's progress: nothing at its
+    // limit, one more epoch once raised (Lightning's fit_loop.max_epochs).
+    resumed.fit(module, train, val);
+    EXPECT_EQ(resumed.global_step(), 24);
+    resumed.set_max_epochs(4).fit(module, train, val);
+    EXPECT_EQ(resumed.global_step(), 32);
+    EXPECT_EQ(resumed.current_epoch(), 4);
+    resumed.set_max_epochs(-1).set_max_steps(36).fit(module, train, val);
+    EXPECT_EQ(resumed.global_step(), 36);
+    EXPECT_EQ(fulmen_test::error_code([&] { resumed.set_max_steps(-3); }), FULMEN_CODE_INVALID_ARGUMENT);
+
     Model other_model = fulmen_test::mlp();
     LightningModule other = full_module(other_model).build();
     EXPECT_EQ(fulmen_test::error_code([&] { resumed.save_checkpoint(other, path, true); }),
@@ -627,6 +638,7 @@ TEST_F(TrainerTest, SchedulersThroughConfigureOptimizers) {
                                       EXPECT_FALSE(opt || s);
                                   })
                                   .build();
+    trainer.set_max_epochs(6);  // three more epochs: the last fit's are done
     trainer.fit(plateau, train, val);
     EXPECT_EQ(lr_seen, 0.1);
     // Two schedulers on one optimizer: a warm-up per step, ReduceLROnPlateau per epoch.
@@ -642,7 +654,9 @@ TEST_F(TrainerTest, SchedulersThroughConfigureOptimizers) {
                                    EXPECT_FALSE(s);
                                })
                                .build();
+    trainer.set_max_epochs(9);
     trainer.fit(both, train, val);
+    EXPECT_EQ(trainer.current_epoch(), 9);
 }
 
 TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
@@ -860,6 +874,7 @@ TEST_F(TrainerTest, IteratorLoaderFromLambdas) {
     EXPECT_EQ(resets, 3);
     EXPECT_EQ(trainer.global_step(), 12);
     fail = true;
+    trainer.set_max_epochs(4);  // the next fit goes on with epoch 3
     try {
         trainer.fit(module, loader);
         ADD_FAILURE() << "fit succeeded";

@@ -10,6 +10,7 @@ use crate::ffi::trainer::runs::fulmen_trainer;
 use crate::ffi::value::{emit_value, fulmen_value};
 use crate::nn::Value;
 
+pub mod fit_limits;
 pub mod hook_optimizers;
 pub mod trainer_view;
 use std::collections::BTreeMap;

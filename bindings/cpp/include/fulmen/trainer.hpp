@@ -1836,13 +1836,28 @@ public:
     double callback_metric(const std::string& name) const {
         return detail::read<double>([&](double* o) { return fulmen_trainer_callback_metric(get(), name.c_str(), o); });
     }
-    /// Optimizer steps of the last fit.
+    /// Optimizer steps of the trainer's fits so far (a fit goes on from the
+    /// last one's progress).
     int64_t global_step() const {
         return detail::read<int64_t>([&](int64_t* o) { return fulmen_trainer_global_step(get(), o); });
     }
-    /// Epochs the last fit completed.
+    /// Epochs the trainer's fits completed so far: the epoch the next fit
+    /// trains first.
     int64_t current_epoch() const {
         return detail::read<int64_t>([&](int64_t* o) { return fulmen_trainer_current_epoch(get(), o); });
+    }
+    /// The epoch limit of the next fits (-1: none), Lightning's
+    /// `trainer.fit_loop.max_epochs = n`: a finished fit trains on from
+    /// its epoch once raised.
+    Trainer& set_max_epochs(int64_t max_epochs) {
+        check(fulmen_trainer_set_max_epochs(get(), max_epochs));
+        return *this;
+    }
+    /// The optimizer-step limit of the next fits (-1: none), counting
+    /// every fit's steps.
+    Trainer& set_max_steps(int64_t max_steps) {
+        check(fulmen_trainer_set_max_steps(get(), max_steps));
+        return *this;
     }
     /// The last fit's log folder (.../lightning_logs/version_N).
     std::string log_dir() const {
