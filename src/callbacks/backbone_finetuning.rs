@@ -281,7 +281,9 @@ impl BackboneFinetuning {
             let previous = self.previous_backbone_lr.ok_or_else(|| {
                 Error::state(format!(
                     "BackboneFinetuning: epoch {epoch} is past the unfreeze epoch {at}, but the backbone's lr is \
-                     unknown (resumed from a checkpoint without this callback's state?)"
+                     unknown (resumed from a checkpoint without this callback's state, or a fit that goes on from \
+                     the trainer's last one: its new optimizers lack the backbone's param group; resume from a \
+                     checkpoint of that fit instead)"
                 ))
             })?;
             let mut next = self.factor(epoch + 1)? * previous;
