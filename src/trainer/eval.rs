@@ -177,10 +177,9 @@ impl Trainer {
             sources.unwrap_or_default().iter().map(|s| strategy.shard(*s, self.opts.use_distributed_sampler)).collect();
         let sources: Option<Vec<&dyn BatchSource>> = sources.map(|_| shards.iter().map(|s| s.get()).collect());
         // What a fit leaves stays for the runs after it, as in Lightning:
-        // its progress, its log folder and its default ModelCheckpoint
-        // (`best_model_path` for ckpt_path="best").
-        let (epoch, step, log_dir) = (self.state.epoch, self.state.global_step, self.state.log_dir.take());
-        let run_dir = self.state.run_dir.take();
+        // its progress, its log folder (begin_state keeps it) and its
+        // default ModelCheckpoint (`best_model_path` for ckpt_path="best").
+        let (epoch, step) = (self.state.epoch, self.state.global_step);
         let batches_stepped = self.state.batches_stepped;
         let val_loader_batches = std::mem::take(&mut self.state.val_loader_batches);
         let test_loader_batches = std::mem::take(&mut self.state.test_loader_batches);
@@ -197,8 +196,6 @@ impl Trainer {
         self.state.global_step = step;
         self.state.batches_stepped = batches_stepped;
         self.state.log_step = batches_stepped;
-        self.state.log_dir = log_dir;
-        self.state.run_dir = run_dir;
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();

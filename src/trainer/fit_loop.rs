@@ -109,10 +109,13 @@ impl Trainer {
         Ok(())
     }
 
-    /// Resets the state for a new run and fills in what hooks read.
+    /// Resets the state for a new run and fills in what hooks read; the
+    /// log folders stay, as the trainer's loggers they belong to do.
     pub(crate) fn begin_state(&mut self) {
         let o = &self.opts;
         self.state = super::hooks::TrainerState {
+            log_dir: self.state.log_dir.take(),
+            run_dir: self.state.run_dir.take(),
             root_dir: o.default_root_dir.clone(),
             check_val_every_n_epoch: o.check_val_every_n_epoch,
             val_once_per_epoch: o.effective_val_check_interval() == ValCheckInterval::Fraction(1.0),
@@ -186,12 +189,7 @@ impl Trainer {
         let (_settings, strategy) = self.start_run(module, true)?;
         let global_zero = strategy.is_global_zero();
         let mut data = FitData::new(&*module, &strategy, &self.opts, train, vals);
-        // The file loggers' folder stays with them (Lightning's loggers).
-        let dirs = (self.state.log_dir.take(), self.state.run_dir.take());
         self.begin_state();
-        if !self.file_loggers.is_empty() {
-            (self.state.log_dir, self.state.run_dir) = dirs;
-        }
         if let (Some(c), Some(p)) = (carried, progress) {
             self.state.global_step = c.global_step;
             self.state.batches_stepped = c.batches_stepped;
