@@ -11,8 +11,13 @@
 # in tests/interop/export_parity.py) with the few packages they import, each
 # pinned and without its declared dependencies; it is added to a venv made
 # before it existed, and reinstalled when its list changes.
-# A complete venv whose model layer is the current list is left untouched
-# (its stamp, .fulmen-venv-models-ready, is touched for make).
+# A third layer adds wandb 0.31 (W&B's SDK, whose wandb-core writes offline
+# runs) and what it imports, pinned and without declared dependencies: the
+# W&B logger's check (tests/interop/wandb_logger.py) runs Lightning's
+# WandbLogger offline and reads both sides' `.wandb` files with wandb's
+# protobuf classes.
+# A complete venv whose model and W&B layers are the current lists is left
+# untouched (the last stamp, .fulmen-venv-wandb-ready, is touched for make).
 set -euo pipefail
 dest=${1:-.deps/venv}
 stamp="$dest/.fulmen-venv-ready"
@@ -34,9 +39,19 @@ wheels=${FULMEN_WHEELS:-$(dirname "$dest")/wheels}
 models=(timm==1.0.31 transformers==5.23.0 torchvision==0.28.0 pillow==13.0.0 huggingface-hub==2.4.0
   httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5 regex==2026.11.15
   tokenizers==0.23.3 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1 tabulate==0.9.0)
+# Holds the W&B layer's list; the Makefile's VENV_STAMP.
+wandb_stamp="$dest/.fulmen-venv-wandb-ready"
+wandb_layer_list=(wandb==0.31.0 annotated-types==0.8.0 anyio==4.16.0 certifi==2026.10.19.post1
+  charset-normalizer==3.5.3 click==8.5.1 cwevals==0.0.1b1 distro==1.9.0 googleapis-common-protos==1.76.0
+  httpcore==1.0.9 httpx==0.29.0 opentelemetry-api==1.45.2 opentelemetry-exporter-http-transport==0.66b2
+  opentelemetry-exporter-otlp-common==0.66b2 opentelemetry-exporter-otlp-proto-common==1.45.2
+  opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-sdk==1.45.2
+  opentelemetry-semantic-conventions==0.66b2 platformdirs==4.14.9 pydantic==2.14.4 pydantic-core==2.50.5
+  requests==2.34.2 sniffio==1.3.1 typing-inspection==0.4.5 urllib3==2.8.0 xxhash==4.1.0)
 pip=("$dest/bin/python" -m pip --disable-pip-version-check --quiet)
-if [ -f "$stamp" ] && [ "$(cat "$models_stamp" 2>/dev/null)" = "${models[*]}" ]; then
-  touch "$models_stamp"
+if [ -f "$stamp" ] && [ "$(cat "$models_stamp" 2>/dev/null)" = "${models[*]}" ] \
+  && [ "$(cat "$wandb_stamp" 2>/dev/null)" = "${wandb_layer_list[*]}" ]; then
+  touch "$wandb_stamp"
   exit 0
 fi
 
@@ -97,8 +112,26 @@ PY
   printf '%s\n' "${models[*]}" > "$models_stamp"
 }
 
+# wandb and what it imports, into the venv; $wandb_stamp (holding the
+# list) once Lightning's WandbLogger imports.
+wandb_layer() {
+  echo "adding wandb to the Python venv in $dest" >&2
+  rm -f "$wandb_stamp"
+  "${pip[@]}" install --no-deps --only-binary=:all: "${wandb_layer_list[@]}"
+  WANDB_MODE=offline "$dest/bin/python" - <<'PY'
+import wandb
+from wandb.proto import wandb_internal_pb2
+from lightning.pytorch.loggers import WandbLogger
+print("wandb", wandb.__version__)
+PY
+  printf '%s\n' "${wandb_layer_list[*]}" > "$wandb_stamp"
+}
+
 if [ ! -f "$stamp" ]; then
   base_layer
 fi
-models_layer
+if [ "$(cat "$models_stamp" 2>/dev/null)" != "${models[*]}" ]; then
+  models_layer
+fi
+wandb_layer
 echo "Python venv ready in $dest" >&2

@@ -305,3 +305,51 @@ func TestMlflowLoggerSettingsAndErrors(t *testing.T) {
 	defer tr.Close()
 	ok(t, tr.AddMlflowLogger(l))
 }
+
+// The W&B logger: settings, the run folder and file, wrong-kind calls,
+// finish (W&B's own reader reads these files in tests/interop/wandb_logger.py).
+func TestWandbLoggerWritesAnOfflineRun(t *testing.T) {
+	noLeaks(t)
+	save := t.TempDir()
+	l := must(fulmen.NewWandbLogger(save, "proj"))
+	defer l.Close()
+	if err := l.SetID("../x"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("id ..: %v", err)
+	}
+	if err := l.SetSetting("colour", "x"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("unknown setting: %v", err)
+	}
+	ok(t, l.SetID("go-1"))
+	ok(t, l.SetName("go run"))
+	ok(t, l.SetSetting("job_type", "train"))
+	ok(t, l.AddTag("t"))
+	ok(t, l.SetPrefix("p"))
+	if err := l.SetVersion(3); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("a file setting: %v", err)
+	}
+	ok(t, l.LogHyperparams(map[string]string{"lr": "0.1"}))
+	ok(t, l.LogMetrics(map[string]float64{"loss": 0.5}, 0))
+	if err := l.SetName("late"); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("a setting after the start: %v", err)
+	}
+	if id, err := l.RunID(); err != nil || id != "go-1" {
+		t.Fatalf("run id %q: %v", id, err)
+	}
+	dir := must(l.RunDir())
+	if filepath.Dir(dir) != filepath.Join(save, "wandb") {
+		t.Fatalf("run folder %s", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run-go-1.wandb")); err != nil {
+		t.Fatalf("the run's file: %v", err)
+	}
+	ok(t, l.Finalize("success"))
+	ok(t, l.Finish(0))
+	if err := l.LogMetrics(map[string]float64{"loss": 0.25}, 1); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("logging after finish: %v", err)
+	}
+	o := must(fulmen.NewTrainerOptions())
+	defer o.Close()
+	tr := must(fulmen.NewTrainer(o))
+	defer tr.Close()
+	ok(t, tr.AddWandbLogger(l))
+}

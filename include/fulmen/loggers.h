@@ -30,17 +30,19 @@
 #define FULMEN_MLFLOW_LOG_MODEL_ALL 2
 
 /**
- * A CSV, TensorBoard or MLflow logger (Lightning's `CSVLogger` /
- * `TensorBoardLogger` / `MLFlowLogger`). A file logger's folder,
- * `save_dir/name/version_N`, is made on first use (the version resolved
- * then, as Lightning's next free number); an MLflow logger reaches its
- * server on first use. The `fulmen_logger_set_*` settings apply before
+ * A CSV, TensorBoard, MLflow or W&B logger (Lightning's `CSVLogger` /
+ * `TensorBoardLogger` / `MLFlowLogger` / `WandbLogger`). A file logger's
+ * folder, `save_dir/name/version_N`, is made on first use (the version
+ * resolved then, as Lightning's next free number); an MLflow logger
+ * reaches its server on first use; a W&B logger starts its offline run
+ * folder on first use. The `fulmen_logger_set_*` settings apply before
  * that. Calls on one handle run one at a time (another call meanwhile
  * fails with FULMEN_CODE_INVALID_STATE), from any thread. Free with
  * `fulmen_logger_free`; a trainer it was added to keeps logging to it.
  * A call or setting of the file loggers on an MLflow logger (name,
- * version, log_dir, media...) and `fulmen_logger_mlflow_*` on a file
- * logger fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
+ * version, log_dir, media...) on an MLflow or W&B logger, and
+ * `fulmen_logger_mlflow_*` / `fulmen_logger_wandb_*` on another kind,
+ * fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
  * use (any logging call, `fulmen_logger_mlflow_run_id`) may also fail with
  * FULMEN_CODE_INVALID_ARGUMENT (no tracking URI given or in
  * MLFLOW_TRACKING_URI; credentials holding a line break) or
@@ -559,6 +561,113 @@ struct fulmen_error *fulmen_logger_mlflow_experiment_id(struct fulmen_logger *lo
 struct fulmen_error *fulmen_logger_mlflow_log_artifact(struct fulmen_logger *logger,
                                                        const char *path,
                                                        const char *artifact_path);
+
+/**
+ * Creates a W&B logger (Lightning's `WandbLogger(project=...,
+ * save_dir=..., offline=True)`): the run is written under `save_dir`
+ * (NULL or "": the working directory) as W&B's offline runs are, in
+ * `save_dir/wandb/offline-run-<YYYYMMDD_HHMMSS>-<run id>/run-<run
+ * id>.wandb`, which `wandb sync <that folder>` uploads to the project
+ * `project` (NULL or "": Lightning's "lightning_logs"). Nothing is made
+ * before the first use, which makes the folder and writes the run
+ * (its name, id, settings, tags, host and start time) and Lightning's
+ * metric definitions (`trainer/global_step`, and every metric stepped by
+ * it). Each `log_metrics` is a history row with `trainer/global_step` =
+ * the step, `_step`, `_runtime` and `_timestamp`, and the matching
+ * summary update; hyperparameters go to the run's config (numbers,
+ * true and false as such, other text as strings). `finalize` makes the
+ * file durable and keeps the run open, as Lightning's logger; the run
+ * ends (its exit record: code 1 after a "failed" finalize, else 0) with
+ * `fulmen_logger_wandb_finish`, or when the logger is freed and no
+ * trainer holds it. With the logger first among a trainer's loggers, the
+ * trainer's log folder is `save_dir` and ModelCheckpoint writes to
+ * `save_dir/project/<run id>/checkpoints`, as Lightning. Online
+ * streaming, media, tables and checkpoint artifacts (`log_model`) are
+ * not written. The caller owns `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8).
+ */
+struct fulmen_error *fulmen_logger_wandb_new(const char *save_dir,
+                                             const char *project,
+                                             struct fulmen_logger **out);
+
+/**
+ * Names the run (Lightning's `name`: W&B's display name); NULL or "" for
+ * none. Before the first use only.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8, not a W&B logger),
+ * FULMEN_CODE_INVALID_STATE (the run started).
+ */
+struct fulmen_error *fulmen_logger_wandb_set_name(struct fulmen_logger *logger, const char *name);
+
+/**
+ * Sets the run's id (Lightning's `id` / `version`; NULL or "" for a new
+ * random id of eight lowercase letters and digits, as W&B makes them):
+ * at most 64 letters, digits, '-' and '_'. Before the first use only.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (other characters, too long, not a
+ * W&B logger), FULMEN_CODE_INVALID_STATE (the run started); at the first
+ * use FULMEN_CODE_IO if that id's run folder for this second exists.
+ */
+struct fulmen_error *fulmen_logger_wandb_set_id(struct fulmen_logger *logger, const char *id);
+
+/**
+ * Sets one of `wandb.init`'s run settings that Lightning's logger passes
+ * on: `key` "entity", "group", "job_type" or "notes" (NULL or "" `value`
+ * for none). Before the first use only.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (another key, not UTF-8, not a W&B
+ * logger), FULMEN_CODE_INVALID_STATE (the run started).
+ */
+struct fulmen_error *fulmen_logger_wandb_set_setting(struct fulmen_logger *logger,
+                                                     const char *key,
+                                                     const char *value);
+
+/**
+ * Adds a tag of the run (`wandb.init(tags=[...])`; one given twice is
+ * kept once). Before the first use only.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (empty, not UTF-8, not a W&B
+ * logger), FULMEN_CODE_INVALID_STATE (the run started).
+ */
+struct fulmen_error *fulmen_logger_wandb_add_tag(struct fulmen_logger *logger, const char *tag);
+
+/**
+ * Copies the run's id (Lightning's `version`) into `buf` as for
+ * `fulmen_model_state_dict_name`, starting the run if the logger was not
+ * used yet.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a W&B logger), FULMEN_CODE_IO
+ * (the run folder or file cannot be made), FULMEN_CODE_OUT_OF_RANGE (buf
+ * too small).
+ */
+struct fulmen_error *fulmen_logger_wandb_run_id(struct fulmen_logger *logger,
+                                                char *buf,
+                                                size_t capacity,
+                                                size_t *len_out);
+
+/**
+ * Copies the run's folder (the one `wandb sync` takes) into `buf` as for
+ * `fulmen_model_state_dict_name`, starting the run if the logger was not
+ * used yet.
+ *
+ * Errors: those of `fulmen_logger_wandb_run_id`; FULMEN_CODE_INVALID_ARGUMENT
+ * also for a folder that is not UTF-8.
+ */
+struct fulmen_error *fulmen_logger_wandb_run_dir(struct fulmen_logger *logger,
+                                                 char *buf,
+                                                 size_t capacity,
+                                                 size_t *len_out);
+
+/**
+ * Ends the run now (`wandb.finish(exit_code)`): writes its exit record
+ * with `exit_code` (0 for a run that finished) and makes the file
+ * durable; later logging fails with FULMEN_CODE_INVALID_STATE, a second
+ * finish does nothing. A logger never used starts and ends an empty run.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a W&B logger), FULMEN_CODE_IO.
+ */
+struct fulmen_error *fulmen_logger_wandb_finish(struct fulmen_logger *logger, int32_t exit_code);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -432,6 +432,54 @@ static void test_logger_choice(fulmen_loader *tl) {
     fulmen_model_free(f.model);
 }
 
+/* The W&B logger: a fit with it first among the loggers (the trainer's log
+ * folder is its save_dir, ModelCheckpoint writes under project/run id),
+ * settings refused once the run started, the wrong kind of logger, finish
+ * (W&B's reader reads these files in tests/interop/wandb_logger.py). */
+static void test_wandb(fulmen_loader *tl) {
+    fixture f = {.model = mlp(), .fail_at_step = -1};
+    fulmen_lightning_module *m = module_for(&f);
+    char save[400], dir[512], id[64], path[700];
+    size_t len = 0, id_len = 0;
+    snprintf(save, sizeof save, "%s/wandb-save", root);
+    fulmen_logger *wb = NULL;
+    CHECK_ERR(fulmen_logger_wandb_new(save, "p", NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
+    CHECK_OK(fulmen_logger_wandb_new(save, "proj", &wb));
+    CHECK_ERR(fulmen_logger_wandb_set_id(wb, "a/b"), FULMEN_CODE_INVALID_ARGUMENT, "run id");
+    CHECK_ERR(fulmen_logger_wandb_set_setting(wb, "colour", "x"), FULMEN_CODE_INVALID_ARGUMENT, "colour");
+    CHECK_ERR(fulmen_logger_wandb_add_tag(wb, ""), FULMEN_CODE_INVALID_ARGUMENT, "empty");
+    CHECK_ERR(fulmen_logger_set_version(wb, 1), FULMEN_CODE_INVALID_ARGUMENT, "W&B logger");
+    CHECK_ERR(fulmen_logger_mlflow_set_run_name(wb, "x"), FULMEN_CODE_INVALID_ARGUMENT, "W&B logger");
+    CHECK_OK(fulmen_logger_wandb_set_id(wb, "c-test"));
+    CHECK_OK(fulmen_logger_wandb_set_name(wb, "c test"));
+    CHECK_OK(fulmen_logger_wandb_add_tag(wb, "c"));
+    static const char *const ckpt[] = {"enable_checkpointing", "true", NULL};
+    fulmen_trainer *t = trainer_with(1, "false", ckpt);
+    CHECK_OK(fulmen_trainer_add_file_logger(t, wb));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
+    CHECK_ERR(fulmen_logger_wandb_set_name(wb, "late"), FULMEN_CODE_INVALID_STATE, "started");
+    CHECK_OK(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));
+    CHECK(strcmp(dir, save) == 0);
+    CHECK_OK(fulmen_logger_wandb_run_id(wb, id, sizeof id, &id_len));
+    CHECK(strcmp(id, "c-test") == 0);
+    CHECK_ERR(fulmen_logger_wandb_run_id(wb, id, 3, &id_len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_OK(fulmen_logger_wandb_run_dir(wb, dir, sizeof dir, &len));
+    snprintf(path, sizeof path, "%s/run-c-test.wandb", dir);
+    CHECK(exists(path));
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, path, sizeof path, &len));
+    char want[600];
+    snprintf(want, sizeof want, "%s/proj/c-test/checkpoints/", save);
+    CHECK(strncmp(path, want, strlen(want)) == 0);
+    CHECK_OK(fulmen_logger_wandb_finish(wb, 0));
+    double v = 1.0;
+    const char *name = "x";
+    CHECK_ERR(fulmen_logger_log_metrics(wb, &name, &v, 1, 0), FULMEN_CODE_INVALID_STATE, "finished");
+    fulmen_logger_free(wb);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/fulmen-test-loggers-XXXXXX");
     if (mkdtemp(root) == NULL) return 2;
@@ -439,6 +487,7 @@ int main(void) {
     fulmen_loader *tl = loader(train, 8, true), *vl = loader(val, 16, false);
     test_csv_and_host(tl, vl);
     test_logger_choice(tl);
+    test_wandb(tl);
     fulmen_loader_free(tl);
     fulmen_loader_free(vl);
     fulmen_dataset_free(train);

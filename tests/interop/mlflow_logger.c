@@ -86,7 +86,7 @@ static int fit(void) {
     TRY(fulmen_logger_mlflow_set_log_model(ml, FULMEN_MLFLOW_LOG_MODEL_ALL));
     refused(fulmen_logger_mlflow_set_log_model(ml, 7), FULMEN_CODE_INVALID_ARGUMENT, "log_model 7", "log_model 7");
     refused(fulmen_logger_set_version(ml, 3), FULMEN_CODE_INVALID_ARGUMENT, "MLflow logger", "set_version");
-    refused(fulmen_logger_mlflow_set_run_name(csv, "x"), FULMEN_CODE_INVALID_ARGUMENT, "csv logger", "csv run name");
+    refused(fulmen_logger_mlflow_set_run_name(csv, "x"), FULMEN_CODE_INVALID_ARGUMENT, "CSV logger", "csv run name");
     /* A third: log_model at the end uploads only what is on disk then. */
     fulmen_logger *at_end = NULL;
     TRY(fulmen_logger_mlflow_new(uri, "fulmen-fit", &at_end));

@@ -199,3 +199,29 @@ TEST_F(LoggerTest, MlflowLoggerSettingsAndErrors) {
     EXPECT_EQ(fulmen_test::error_code([&] { fulmen::check(fulmen_logger_mlflow_set_run_id(csv.get(), "x")); }),
               FULMEN_CODE_INVALID_ARGUMENT);
 }
+
+// The W&B logger: settings, the run folder and file, wrong-kind calls,
+// finish (W&B's own reader reads these files in tests/interop/wandb_logger.py).
+TEST_F(LoggerTest, WandbLoggerWritesAnOfflineRun) {
+    using fulmen::WandbLogger;
+    const std::string save = fulmen_test::fresh_dir("wandb-logger");
+    EXPECT_EQ(fulmen_test::error_code([&] { WandbLogger(save, "p").id("../x"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(fulmen_test::error_code([&] { WandbLogger(save, "p").setting("colour", "x"); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
+    WandbLogger l = WandbLogger(save, "proj").name("cpp run").id("cpp-1").setting("group", "g").tag("t");
+    l.prefix("p");
+    EXPECT_EQ(fulmen_test::error_code([&] { l.version(3); }), FULMEN_CODE_INVALID_ARGUMENT);
+    l.log_hyperparams({{"lr", "0.1"}});
+    l.log_metrics({{"loss", 0.5}}, 0);
+    EXPECT_EQ(fulmen_test::error_code([&] { l.name("late"); }), FULMEN_CODE_INVALID_STATE);
+    EXPECT_EQ(l.run_id(), "cpp-1");
+    const std::string dir = l.run_dir();
+    EXPECT_EQ(std::filesystem::path(dir).parent_path(), std::filesystem::path(save) / "wandb");
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(dir) / "run-cpp-1.wandb"));
+    l.finalize();
+    l.finish(0);
+    EXPECT_EQ(fulmen_test::error_code([&] { l.log_metrics({{"loss", 0.25}}, 1); }), FULMEN_CODE_INVALID_STATE);
+    fulmen::FileLogger csv = fulmen::FileLogger::csv(fulmen_test::fresh_dir("wandb-csv"));
+    EXPECT_EQ(fulmen_test::error_code([&] { fulmen::check(fulmen_logger_wandb_set_id(csv.get(), "x")); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
+}

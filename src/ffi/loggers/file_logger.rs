@@ -1,5 +1,6 @@
-//! `fulmen_logger`: Lightning's `CSVLogger`, `TensorBoardLogger` and
-//! `MLFlowLogger` (made in `mlflow.rs`) as handles, for a host loop
+//! `fulmen_logger`: Lightning's `CSVLogger`, `TensorBoardLogger`,
+//! `MLFlowLogger` (made in `mlflow.rs`) and `WandbLogger` (in `wandb.rs`)
+//! as handles, for a host loop
 //! without a trainer and as loggers added to a trainer
 //! (`fulmen_trainer_add_file_logger`).
 use crate::error::{Error, Result};
@@ -9,21 +10,26 @@ use crate::ffi::loggers::media_args::{histogram_args, image_args, text_args};
 use crate::ffi::nn::model::copy_str;
 use crate::ffi::tensor::handle::{fulmen_tensor, slice_arg};
 use crate::ffi::trainer::runs::fulmen_trainer;
-use crate::loggers::{FileLogger, FileLoggerKind, Logger, MlflowLogger, SharedFileLogger, SharedMlflowLogger, Version};
+use crate::loggers::{
+    FileLogger, FileLoggerKind, Logger, MlflowLogger, SharedFileLogger, SharedMlflowLogger, SharedWandbLogger, Version,
+    WandbLogger,
+};
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 
-/// A CSV, TensorBoard or MLflow logger (Lightning's `CSVLogger` /
-/// `TensorBoardLogger` / `MLFlowLogger`). A file logger's folder,
-/// `save_dir/name/version_N`, is made on first use (the version resolved
-/// then, as Lightning's next free number); an MLflow logger reaches its
-/// server on first use. The `fulmen_logger_set_*` settings apply before
+/// A CSV, TensorBoard, MLflow or W&B logger (Lightning's `CSVLogger` /
+/// `TensorBoardLogger` / `MLFlowLogger` / `WandbLogger`). A file logger's
+/// folder, `save_dir/name/version_N`, is made on first use (the version
+/// resolved then, as Lightning's next free number); an MLflow logger
+/// reaches its server on first use; a W&B logger starts its offline run
+/// folder on first use. The `fulmen_logger_set_*` settings apply before
 /// that. Calls on one handle run one at a time (another call meanwhile
 /// fails with FULMEN_CODE_INVALID_STATE), from any thread. Free with
 /// `fulmen_logger_free`; a trainer it was added to keeps logging to it.
 /// A call or setting of the file loggers on an MLflow logger (name,
-/// version, log_dir, media...) and `fulmen_logger_mlflow_*` on a file
-/// logger fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
+/// version, log_dir, media...) on an MLflow or W&B logger, and
+/// `fulmen_logger_mlflow_*` / `fulmen_logger_wandb_*` on another kind,
+/// fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
 /// use (any logging call, `fulmen_logger_mlflow_run_id`) may also fail with
 /// FULMEN_CODE_INVALID_ARGUMENT (no tracking URI given or in
 /// MLFLOW_TRACKING_URI; credentials holding a line break) or
@@ -39,6 +45,20 @@ pub(crate) enum LoggerKind {
     File(SharedFileLogger),
     /// An MLflow run.
     Mlflow(SharedMlflowLogger),
+    /// A W&B offline run.
+    Wandb(SharedWandbLogger),
+}
+
+impl LoggerKind {
+    /// The kind's name, with its article, in error messages.
+    fn kind_name(&self) -> &'static str {
+        match self {
+            LoggerKind::File(shared) if shared.name() == "csv" => "a CSV",
+            LoggerKind::File(_) => "a TensorBoard",
+            LoggerKind::Mlflow(_) => "an MLflow",
+            LoggerKind::Wandb(_) => "a W&B",
+        }
+    }
 }
 
 impl Handle for fulmen_logger {
@@ -60,13 +80,14 @@ unsafe fn with_logger<T>(logger: *mut fulmen_logger, f: impl FnOnce(&mut FileLog
     let l = handle::borrow_mut(logger, "logger")?;
     match &l.inner {
         LoggerKind::File(shared) => f(&mut shared.lock()),
-        LoggerKind::Mlflow(_) => Err(Error::invalid(
-            "this is a setting or call of the CSV and TensorBoard loggers; the logger is an MLflow logger",
-        )),
+        other => Err(Error::invalid(format!(
+            "this is a setting or call of the CSV and TensorBoard loggers; the logger is {} logger",
+            other.kind_name()
+        ))),
     }
 }
 
-/// Runs `f` on the MLflow logger behind `logger`; a file logger is
+/// Runs `f` on the MLflow logger behind `logger`; another kind is
 /// `InvalidArgument`.
 pub(crate) unsafe fn with_mlflow<T>(
     logger: *mut fulmen_logger,
@@ -75,9 +96,25 @@ pub(crate) unsafe fn with_mlflow<T>(
     let l = handle::borrow_mut(logger, "logger")?;
     match &l.inner {
         LoggerKind::Mlflow(shared) => f(&mut shared.lock()),
-        LoggerKind::File(shared) => Err(Error::invalid(format!(
-            "this is a setting or call of the MLflow logger; the logger is a {} logger",
-            shared.name()
+        other => Err(Error::invalid(format!(
+            "this is a setting or call of the MLflow logger; the logger is {} logger",
+            other.kind_name()
+        ))),
+    }
+}
+
+/// Runs `f` on the W&B logger behind `logger`; another kind is
+/// `InvalidArgument`.
+pub(crate) unsafe fn with_wandb<T>(
+    logger: *mut fulmen_logger,
+    f: impl FnOnce(&mut WandbLogger) -> Result<T>,
+) -> Result<T> {
+    let l = handle::borrow_mut(logger, "logger")?;
+    match &l.inner {
+        LoggerKind::Wandb(shared) => f(&mut shared.lock()),
+        other => Err(Error::invalid(format!(
+            "this is a setting or call of the W&B logger; the logger is {} logger",
+            other.kind_name()
         ))),
     }
 }
@@ -88,6 +125,7 @@ unsafe fn with_any<T>(logger: *mut fulmen_logger, f: impl FnOnce(Either<'_>) -> 
     match &l.inner {
         LoggerKind::File(shared) => f(Either::File(&mut shared.lock())),
         LoggerKind::Mlflow(shared) => f(Either::Mlflow(&mut shared.lock())),
+        LoggerKind::Wandb(shared) => f(Either::Wandb(&mut shared.lock())),
     }
 }
 
@@ -95,6 +133,7 @@ unsafe fn with_any<T>(logger: *mut fulmen_logger, f: impl FnOnce(Either<'_>) -> 
 enum Either<'a> {
     File(&'a mut FileLogger),
     Mlflow(&'a mut MlflowLogger),
+    Wandb(&'a mut WandbLogger),
 }
 
 impl Either<'_> {
@@ -102,6 +141,7 @@ impl Either<'_> {
         match self {
             Either::File(l) => *l,
             Either::Mlflow(l) => *l,
+            Either::Wandb(l) => *l,
         }
     }
 }
@@ -218,6 +258,7 @@ pub unsafe extern "C" fn fulmen_logger_set_prefix(
         with_any(logger, |l| match l {
             Either::File(l) => l.set_prefix(&p),
             Either::Mlflow(l) => l.set_prefix(&p),
+            Either::Wandb(l) => l.set_prefix(&p),
         })
     })
 }
@@ -342,6 +383,7 @@ pub unsafe extern "C" fn fulmen_logger_log_metrics(
         with_any(logger, |l| match l {
             Either::File(l) => l.log_metrics_at(&metrics, step),
             Either::Mlflow(l) => l.log_metrics_at(&metrics, step),
+            Either::Wandb(l) => l.log_metrics_at(&metrics, None, step),
         })
     })
 }
@@ -507,6 +549,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_file_logger(
         match shared {
             LoggerKind::File(l) => t.inner.add_logger(Box::new(l)),
             LoggerKind::Mlflow(l) => t.inner.add_logger(Box::new(l)),
+            LoggerKind::Wandb(l) => t.inner.add_logger(Box::new(l)),
         }
         Ok(())
     })

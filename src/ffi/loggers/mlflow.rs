@@ -19,7 +19,7 @@ pub const FULMEN_MLFLOW_LOG_MODEL_AT_END: i32 = 1;
 pub const FULMEN_MLFLOW_LOG_MODEL_ALL: i32 = 2;
 
 /// Reads an optional string argument: NULL as "".
-unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+pub(crate) unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
     if p.is_null() {
         Ok("")
     } else {

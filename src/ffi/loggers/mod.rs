@@ -1,11 +1,12 @@
 //! Loggers: host loggers (`fulmen_logger_vtable`: every logged metric and
 //! the hyperparameters handed to the host, for its own monitoring), the
-//! CSV and TensorBoard loggers as handles (`fulmen_logger`), and images,
+//! CSV, TensorBoard, MLflow and W&B loggers as handles (`fulmen_logger`), and images,
 //! histograms and texts logged from hooks.
 pub mod file_logger;
 pub mod hook_media;
 mod media_args;
 pub mod mlflow;
+pub mod wandb;
 
 use crate::error::Result;
 use crate::ffi::base::callback::{call_host, read_vtable, Userdata};

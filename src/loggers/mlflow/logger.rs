@@ -5,10 +5,10 @@
 use super::rest::{RunInfo, Tracking};
 use crate::error::{Error, Result};
 use crate::loggers::layout::check_relative;
+use crate::loggers::shared::{NamedLogger, SharedLogger};
 use crate::loggers::Logger;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Which checkpoints become artifacts of the run (Lightning's `log_model`).
@@ -272,7 +272,7 @@ fn run_status(status: &str) -> Result<&'static str> {
 
 impl Logger for MlflowLogger {
     fn name(&self) -> &str {
-        "mlflow"
+        Self::NAME
     }
 
     fn log_dir(&self) -> Option<&Path> {
@@ -335,53 +335,10 @@ impl Logger for MlflowLogger {
 }
 
 /// An MLflow logger shared by a handle and the trainers it was added to.
-#[derive(Clone)]
-pub struct SharedMlflowLogger(Arc<Mutex<MlflowLogger>>);
+pub type SharedMlflowLogger = SharedLogger<MlflowLogger>;
 
-impl SharedMlflowLogger {
-    /// Shares `logger`.
-    pub fn new(logger: MlflowLogger) -> Self {
-        SharedMlflowLogger(Arc::new(Mutex::new(logger)))
-    }
-
-    /// The logger, locked.
-    pub fn lock(&self) -> MutexGuard<'_, MlflowLogger> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Logger for SharedMlflowLogger {
-    fn name(&self) -> &str {
-        "mlflow"
-    }
-
-    fn log_dir(&self) -> Option<&Path> {
-        None
-    }
-
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
-        self.lock().log_metrics(metrics, epoch, step)
-    }
-
-    fn log_hyperparams(&mut self, params: &BTreeMap<String, String>) -> Result<()> {
-        self.lock().log_hyperparams(params)
-    }
-
-    fn save(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn finalize(&mut self, status: &str) -> Result<()> {
-        self.lock().finalize(status)
-    }
-
-    fn after_save_checkpoint(&mut self, path: &Path) -> Result<()> {
-        self.lock().after_save_checkpoint(path)
-    }
-
-    fn reads_checkpoints(&self) -> bool {
-        self.lock().reads_checkpoints()
-    }
+impl NamedLogger for MlflowLogger {
+    const NAME: &'static str = "mlflow";
 }
 
 #[cfg(test)]

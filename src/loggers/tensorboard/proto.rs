@@ -28,7 +28,7 @@ pub trait Message {
 }
 
 /// Appends `v` as a base-128 varint.
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         buf.push((v as u8) | 0x80);
         v >>= 7;
@@ -36,12 +36,13 @@ fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
-fn put_key(buf: &mut Vec<u8>, field: u32, wire: u32) {
+/// Appends a field's key (its number and wire type).
+pub(crate) fn put_key(buf: &mut Vec<u8>, field: u32, wire: u32) {
     put_varint(buf, u64::from((field << 3) | wire));
 }
 
 /// Appends a varint field (int32/int64/enum/bool; negatives as 10 bytes).
-fn put_int(buf: &mut Vec<u8>, field: u32, v: i64) {
+pub(crate) fn put_int(buf: &mut Vec<u8>, field: u32, v: i64) {
     put_key(buf, field, VARINT);
     put_varint(buf, v as u64);
 }
@@ -56,18 +57,20 @@ fn put_float(buf: &mut Vec<u8>, field: u32, v: f32) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_bytes(buf: &mut Vec<u8>, field: u32, v: &[u8]) {
+/// Appends a length-delimited field (string, bytes).
+pub(crate) fn put_bytes(buf: &mut Vec<u8>, field: u32, v: &[u8]) {
     put_key(buf, field, LEN);
     put_varint(buf, v.len() as u64);
     buf.extend_from_slice(v);
 }
 
-fn put_message(buf: &mut Vec<u8>, field: u32, m: &impl Message) {
+/// Appends a message field (length-delimited).
+pub(crate) fn put_message(buf: &mut Vec<u8>, field: u32, m: &impl Message) {
     put_bytes(buf, field, &m.encode());
 }
 
 /// Proto3 implicit presence: a string field is written only when non-empty.
-fn put_str_opt(buf: &mut Vec<u8>, field: u32, v: &str) {
+pub(crate) fn put_str_opt(buf: &mut Vec<u8>, field: u32, v: &str) {
     if !v.is_empty() {
         put_bytes(buf, field, v.as_bytes());
     }

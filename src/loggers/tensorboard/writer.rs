@@ -26,7 +26,7 @@ pub fn wall_time() -> f64 {
 }
 
 /// The machine's host name, or `"localhost"` when it cannot be read.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the pointer and length describe `buf`, which outlives the call.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

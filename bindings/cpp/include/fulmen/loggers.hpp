@@ -1,6 +1,6 @@
-// fulmen C++ binding: Lightning's CSVLogger, TensorBoardLogger (FileLogger)
-// and MLFlowLogger (MlflowLogger) as handles, for a loop of one's own or
-// added to a Trainer (Trainer::add_file_logger).
+// fulmen C++ binding: Lightning's CSVLogger, TensorBoardLogger (FileLogger),
+// MLFlowLogger (MlflowLogger) and WandbLogger (WandbLogger) as handles, for
+// a loop of one's own or added to a Trainer (Trainer::add_file_logger).
 #pragma once
 
 #include "error.hpp"
@@ -215,6 +215,67 @@ public:
     void log_artifact(const std::string& path, const std::string& artifact_path = "") {
         check(fulmen_logger_mlflow_log_artifact(get(), path.c_str(), artifact_path.c_str()));
     }
+};
+
+/// Lightning's WandbLogger in W&B's offline mode: the run written under
+/// `save_dir/wandb/offline-run-<time>-<id>/` for `wandb sync`, started on
+/// first use; the settings apply before that and chain:
+/// `WandbLogger("logs", "proj").name("r").tag("baseline")`.
+/// log_metrics, log_hyperparams, finalize and Trainer::add_file_logger
+/// are FileLogger's (its file settings throw FULMEN_CODE_INVALID_ARGUMENT);
+/// the run ends with finish() or when the last holder frees it.
+class WandbLogger : public FileLogger {
+public:
+    /// An empty logger object (no handle).
+    WandbLogger() = default;
+    /// A logger of `project` ("" for "lightning_logs") under `save_dir`
+    /// ("" for the working directory).
+    WandbLogger(const std::string& save_dir, const std::string& project)
+        : FileLogger(detail::make<fulmen_logger>([&](fulmen_logger** o) {
+              return fulmen_logger_wandb_new(save_dir.c_str(), project.c_str(), o);
+          })) {}
+
+    /// The run's display name (Lightning's name).
+    WandbLogger& name(const std::string& name) & {
+        check(fulmen_logger_wandb_set_name(get(), name.c_str()));
+        return *this;
+    }
+    /// Sets the name on a temporary and passes it on.
+    WandbLogger&& name(const std::string& n) && { return std::move(name(n)); }
+    /// The run's id (Lightning's id / version; "" for a random one).
+    WandbLogger& id(const std::string& id) & {
+        check(fulmen_logger_wandb_set_id(get(), id.c_str()));
+        return *this;
+    }
+    /// Sets the id on a temporary and passes it on.
+    WandbLogger&& id(const std::string& i) && { return std::move(id(i)); }
+    /// A run setting: "entity", "group", "job_type" or "notes".
+    WandbLogger& setting(const std::string& key, const std::string& value) & {
+        check(fulmen_logger_wandb_set_setting(get(), key.c_str(), value.c_str()));
+        return *this;
+    }
+    /// Sets a setting on a temporary and passes it on.
+    WandbLogger&& setting(const std::string& k, const std::string& v) && { return std::move(setting(k, v)); }
+    /// A tag of the run.
+    WandbLogger& tag(const std::string& tag) & {
+        check(fulmen_logger_wandb_add_tag(get(), tag.c_str()));
+        return *this;
+    }
+    /// Adds a tag on a temporary and passes it on.
+    WandbLogger&& tag(const std::string& t) && { return std::move(tag(t)); }
+
+    /// The run's id (Lightning's version), starting the run if needed.
+    std::string run_id() {
+        return detail::read_string(
+            [&](char* buf, size_t cap, size_t* len) { return fulmen_logger_wandb_run_id(get(), buf, cap, len); });
+    }
+    /// The run's folder (what `wandb sync` takes), starting the run if needed.
+    std::string run_dir() {
+        return detail::read_string(
+            [&](char* buf, size_t cap, size_t* len) { return fulmen_logger_wandb_run_dir(get(), buf, cap, len); });
+    }
+    /// Ends the run now with `exit_code` (wandb.finish); later logging throws.
+    void finish(int32_t exit_code = 0) { check(fulmen_logger_wandb_finish(get(), exit_code)); }
 };
 
 }  // namespace fulmen

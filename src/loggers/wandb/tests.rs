@@ -1,0 +1,147 @@
+use super::logger::{json_float, json_value};
+use super::transaction_log::{chunk_crc, TransactionLog, BLOCK, FIRST, FULL, HEADER, LAST, MIDDLE};
+use super::WandbLogger;
+use crate::error::ErrorCode;
+use crate::loggers::Logger;
+use crate::test_dirs::TempDir;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Reads a `.wandb` file back as LevelDB's log reader does, checking the
+/// file header, every chunk's CRC and type sequence, and that a block's
+/// tail shorter than a header is zeros.
+fn read_records(path: &Path) -> Vec<Vec<u8>> {
+    let data = std::fs::read(path).unwrap();
+    assert_eq!(&data[..HEADER], b":W&B\xe1\xbe\x00");
+    let (mut pos, mut out, mut pending): (usize, Vec<Vec<u8>>, Option<Vec<u8>>) = (HEADER, Vec::new(), None);
+    while pos < data.len() {
+        let left = BLOCK - pos % BLOCK;
+        if left < HEADER {
+            assert!(data[pos..pos + left.min(data.len() - pos)].iter().all(|&b| b == 0));
+            pos += left;
+            continue;
+        }
+        let crc = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap());
+        let n = u16::from_le_bytes(data[pos + 4..pos + 6].try_into().unwrap()) as usize;
+        let kind = data[pos + 6];
+        let chunk = &data[pos + HEADER..pos + HEADER + n];
+        assert!(n <= left - HEADER, "a chunk crosses a block");
+        assert_eq!(crc, chunk_crc(kind, chunk));
+        pos += HEADER + n;
+        match (kind, pending.take()) {
+            (FULL, None) => out.push(chunk.to_vec()),
+            (FIRST, None) => pending = Some(chunk.to_vec()),
+            (MIDDLE, Some(mut p)) => {
+                p.extend_from_slice(chunk);
+                pending = Some(p);
+            }
+            (LAST, Some(mut p)) => {
+                p.extend_from_slice(chunk);
+                out.push(p);
+            }
+            other => panic!("chunk type {} after {:?}", other.0, other.1.map(|p| p.len())),
+        }
+    }
+    assert!(pending.is_none(), "a record is cut");
+    out
+}
+
+#[test]
+fn chunk_crc_is_zlibs_crc32_of_type_then_data() {
+    // zlib.crc32(b"abc", zlib.crc32(b"\x01")), zlib.crc32(b"", zlib.crc32(b"\x04"))
+    assert_eq!(chunk_crc(FULL, b"abc"), 0x539d20a9);
+    assert_eq!(chunk_crc(LAST, b""), 0xd56f2b94);
+}
+
+#[test]
+fn records_split_across_blocks_and_tails_padded_read_back() {
+    let d = TempDir::new("wandb-log");
+    let path = d.join("run-x.wandb");
+    let mut log = TransactionLog::create(&path).unwrap();
+    // Sizes that end a block exactly, leave a tail shorter than a header,
+    // leave exactly a header's room (an empty FIRST chunk) and span
+    // several blocks.
+    let first = BLOCK - 2 * HEADER;
+    let sizes = [first, 10, BLOCK - 2 * HEADER - 10 - 3, 1, 5, BLOCK - 2 * HEADER - 20, 3 * BLOCK + 17, 0, 9];
+    let records: Vec<Vec<u8>> =
+        sizes.iter().enumerate().map(|(i, &n)| (0..n).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
+    for r in &records {
+        log.append(r).unwrap();
+    }
+    log.flush(true).unwrap();
+    assert_eq!(read_records(&path), records);
+    // The third block ends with the empty FIRST chunk of the long record.
+    let data = std::fs::read(&path).unwrap();
+    let tail = 3 * BLOCK - HEADER;
+    assert_eq!(&data[tail + 4..tail + HEADER], &[0, 0, FIRST]);
+    assert_eq!(TransactionLog::create(&path).err().unwrap().code, ErrorCode::Io, "an existing file is never reused");
+}
+
+#[test]
+fn json_values_as_pythons() {
+    assert_eq!(json_float(0.5), "0.5");
+    assert_eq!(json_float(1.0), "1.0");
+    assert_eq!(json_float(1e-7), "1e-07");
+    assert_eq!(json_float(f64::NAN), "NaN");
+    assert_eq!(json_float(f64::NEG_INFINITY), "-Infinity");
+    assert_eq!(json_value("0.1"), "0.1");
+    assert_eq!(json_value("32"), "32");
+    assert_eq!(json_value("true"), "true");
+    assert_eq!(json_value("adam"), "\"adam\"");
+    assert_eq!(json_value("a \"q\"\n"), "\"a \\\"q\\\"\\n\"");
+    assert_eq!(json_value("1e5"), "\"1e5\"");
+}
+
+#[test]
+fn settings_ids_and_the_run_folder() {
+    let d = TempDir::new("wandb-logger");
+    let mut l = WandbLogger::new(d.to_str().unwrap(), "").unwrap();
+    assert_eq!(l.set_id("../x").unwrap_err().code, ErrorCode::InvalidArgument);
+    assert_eq!(l.set_id(&"a".repeat(65)).unwrap_err().code, ErrorCode::InvalidArgument);
+    assert_eq!(l.set_setting("colour", "x").unwrap_err().code, ErrorCode::InvalidArgument);
+    assert_eq!(l.add_tag("").unwrap_err().code, ErrorCode::InvalidArgument);
+    l.set_id("run_1").unwrap();
+    l.set_setting("group", "g").unwrap();
+    l.add_tag("t").unwrap();
+    l.set_prefix("p").unwrap();
+    assert_eq!(l.run_dir(), None);
+    assert_eq!(l.resolve_log_dir().unwrap().as_deref(), Some(Path::new(d.to_str().unwrap())));
+    assert_eq!(l.run_dir(), Some(d.join("lightning_logs").join("run_1")));
+    let folder = l.run_folder().unwrap();
+    let name = folder.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(name.starts_with("offline-run-") && name.ends_with("-run_1"), "{name}");
+    assert_eq!(folder.parent().unwrap(), d.join("wandb"));
+    assert!(folder.join("files").is_dir());
+    assert_eq!(l.set_name("late").unwrap_err().code, ErrorCode::InvalidState);
+    l.log_metrics(&BTreeMap::from([("loss".to_string(), 0.25)]), Some(0), 3).unwrap();
+    l.log_hyperparams(&BTreeMap::from([("lr".to_string(), "0.1".to_string())])).unwrap();
+    l.finalize("failed").unwrap();
+    assert_eq!(l.finalize("odd").unwrap_err().code, ErrorCode::InvalidArgument);
+    let file = folder.join("run-run_1.wandb");
+    // Header, run, two metric definitions, summary and history, config.
+    assert_eq!(read_records(&file).len(), 7);
+    drop(l);
+    let records = read_records(&file);
+    assert_eq!(records.len(), 8, "the exit record when the logger ends");
+    // The exit record: num 8, exit {exit_code 1, runtime 0}, _info.
+    let exit = &records[7];
+    assert_eq!(&exit[..2], &[0x08, 8]);
+    assert_eq!(&exit[2..6], &[0x92, 0x01, 2, 0x08]);
+    assert_eq!(exit[6], 1);
+}
+
+#[test]
+fn a_finished_run_refuses_logging_and_ids_differ() {
+    let d = TempDir::new("wandb-finish");
+    let mut a = WandbLogger::new(d.to_str().unwrap(), "proj").unwrap();
+    let mut b = WandbLogger::new(d.to_str().unwrap(), "proj").unwrap();
+    let (ia, ib) = (a.run_id().unwrap(), b.run_id().unwrap());
+    assert_ne!(ia, ib);
+    assert_eq!(ia.len(), 8);
+    assert!(ia.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()), "{ia}");
+    a.finish(0).unwrap();
+    a.finish(0).unwrap();
+    let e = a.log_metrics_at(&BTreeMap::new(), None, 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState, "{}", e.message);
+    assert!(a.run_folder().unwrap().join(format!("run-{ia}.wandb")).is_file(), "the folder of a finished run");
+}
