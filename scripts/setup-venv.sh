@@ -14,8 +14,8 @@
 # A third layer adds wandb 0.31 (W&B's SDK, whose wandb-core writes offline
 # runs) and what it imports, pinned and without declared dependencies: the
 # W&B logger's check (tests/interop/wandb_logger.py) runs Lightning's
-# WandbLogger offline and reads both sides' `.wandb` files with wandb's
-# protobuf classes.
+# WandbLogger offline and reads both sides' `.wandb` files with W&B's own
+# reader, `wandb leet inspect`.
 # A complete venv whose model and W&B layers are the current lists is left
 # untouched (the last stamp, .fulmen-venv-wandb-ready, is touched for make).
 set -euo pipefail

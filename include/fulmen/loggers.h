@@ -39,14 +39,17 @@
  * that. Calls on one handle run one at a time (another call meanwhile
  * fails with FULMEN_CODE_INVALID_STATE), from any thread. Free with
  * `fulmen_logger_free`; a trainer it was added to keeps logging to it.
- * A call or setting of the file loggers on an MLflow logger (name,
- * version, log_dir, media...) on an MLflow or W&B logger, and
+ * A call or setting of the file loggers (name, version, log_dir,
+ * media...) on an MLflow or W&B logger, and
  * `fulmen_logger_mlflow_*` / `fulmen_logger_wandb_*` on another kind,
  * fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
  * use (any logging call, `fulmen_logger_mlflow_run_id`) may also fail with
  * FULMEN_CODE_INVALID_ARGUMENT (no tracking URI given or in
  * MLFLOW_TRACKING_URI; credentials holding a line break) or
- * FULMEN_CODE_INVALID_STATE (the experiment is deleted).
+ * FULMEN_CODE_INVALID_STATE (the experiment is deleted). A W&B logger's
+ * first use may fail with FULMEN_CODE_IO (its run folder or file cannot
+ * be made), and its logging calls once its run is finished
+ * (`fulmen_logger_wandb_finish`) with FULMEN_CODE_INVALID_STATE.
  */
 typedef struct fulmen_logger fulmen_logger;
 
@@ -177,8 +180,8 @@ struct fulmen_error *fulmen_logger_set_version_name(struct fulmen_logger *logger
  * of logger; before its first use only.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8),
- * FULMEN_CODE_INVALID_STATE (the folder exists, or the MLflow run
- * started).
+ * FULMEN_CODE_INVALID_STATE (the folder exists, or the MLflow or W&B
+ * run started).
  */
 struct fulmen_error *fulmen_logger_set_prefix(struct fulmen_logger *logger, const char *prefix);
 
@@ -252,14 +255,15 @@ struct fulmen_error *fulmen_logger_version(struct fulmen_logger *logger, int64_t
  * TensorBoard, one scalar per name at `step`; MLflow, one `log-batch`
  * request (names without the characters Lightning strips: all but
  * letters, digits, `_ / . -` and space; NaN and infinities as MLflow's
- * client sends them). Names get the prefix. No `epoch` is added (the
- * trainer adds it to what it logs). `n` may be 0 (CSV: a row with only
+ * client sends them); W&B, one history row and summary update with
+ * `trainer/global_step` = `step`. Names get the prefix. No `epoch` is
+ * added (the trainer adds it to what it logs). `n` may be 0 (CSV: a row with only
  * the step). The arrays are read during the call only.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name empty, not UTF-8 or
  * holding a line break), FULMEN_CODE_IO (the folder or file cannot be
  * written; the MLflow server cannot be reached, or refuses, with its
- * answer).
+ * answer), FULMEN_CODE_INVALID_STATE (a finished W&B run).
  */
 struct fulmen_error *fulmen_logger_log_metrics(struct fulmen_logger *logger,
                                                const char *const *names,
@@ -276,12 +280,13 @@ struct fulmen_error *fulmen_logger_log_metrics(struct fulmen_logger *logger,
  * `hp_metric` = -1 unless default_hp_metric is off, and keeps them for the
  * `hparams.yaml` it writes when it saves; MLflow logs them as the run's
  * params, each value cut to 250 characters as Lightning cuts them (MLflow
- * refuses a param changed to another value). The arrays are read during
- * the call only.
+ * refuses a param changed to another value); W&B writes them into the
+ * run's config (numbers and booleans typed, other text as strings). The
+ * arrays are read during the call only.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a key or value not UTF-8),
  * FULMEN_CODE_IO (the folder or file cannot be written; the MLflow
- * server's refusal).
+ * server's refusal), FULMEN_CODE_INVALID_STATE (a finished W&B run).
  */
 struct fulmen_error *fulmen_logger_log_hyperparams(struct fulmen_logger *logger,
                                                    const char *const *keys,
@@ -342,7 +347,8 @@ struct fulmen_error *fulmen_logger_add_text(struct fulmen_logger *logger,
  * the rows kept in memory; TensorBoard flushes its event file and writes
  * `hparams.yaml` if the folder has none. Makes the folder if the logger
  * was not used yet, as Lightning. MLflow: nothing (every call is sent at
- * once).
+ * once). W&B: hands the run's file to the OS (nothing for a logger not
+ * used yet or a finished run).
  *
  * Errors: FULMEN_CODE_IO.
  */
@@ -356,10 +362,12 @@ struct fulmen_error *fulmen_logger_save(struct fulmen_logger *logger);
  * checkpoints kept for the end (`FULMEN_MLFLOW_LOG_MODEL_AT_END`), then
  * ends the run: "success" and "finished" FINISHED, "failed" FAILED,
  * "killed" KILLED (a logger never used does nothing; logging later goes
- * on in the same run, as Lightning's).
+ * on in the same run, as Lightning's); W&B makes the run's file durable
+ * and keeps the run open, as Lightning's WandbLogger, its exit code (1
+ * after "failed" or "killed", else 0) for when the run ends.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`status` not UTF-8; for MLflow
- * not one of those four), FULMEN_CODE_IO.
+ * and W&B not one of those four), FULMEN_CODE_IO.
  */
 struct fulmen_error *fulmen_logger_finalize(struct fulmen_logger *logger, const char *status);
 
@@ -573,19 +581,21 @@ struct fulmen_error *fulmen_logger_mlflow_log_artifact(struct fulmen_logger *log
  * (its name, id, settings, tags, host and start time) and Lightning's
  * metric definitions (`trainer/global_step`, and every metric stepped by
  * it). Each `log_metrics` is a history row with `trainer/global_step` =
- * the step, `_step`, `_runtime` and `_timestamp`, and the matching
+ * the step, `_step`, `_runtime` and `_timestamp` (metrics of those four
+ * names are dropped: W&B's own take their place), and the matching
  * summary update; hyperparameters go to the run's config (numbers,
  * true and false as such, other text as strings). `finalize` makes the
  * file durable and keeps the run open, as Lightning's logger; the run
  * ends (its exit record: code 1 after a "failed" finalize, else 0) with
  * `fulmen_logger_wandb_finish`, or when the logger is freed and no
- * trainer holds it. With the logger first among a trainer's loggers, the
+ * trainer holds it (the last finalize decides the code). With the logger first among a trainer's loggers, the
  * trainer's log folder is `save_dir` and ModelCheckpoint writes to
  * `save_dir/project/<run id>/checkpoints`, as Lightning. Online
  * streaming, media, tables and checkpoint artifacts (`log_model`) are
  * not written. The caller owns `*out`.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8; a project holding one
+ * of `/ \ # ? % :`, or "." or "..", which W&B refuses).
  */
 struct fulmen_error *fulmen_logger_wandb_new(const char *save_dir,
                                              const char *project,

@@ -1,6 +1,6 @@
 /* fulmen's side of the W&B logger test (tests/interop/wandb_logger.py runs
  * the same fit with Lightning's WandbLogger in W&B's offline mode and reads
- * both `.wandb` files with wandb's own protobuf classes).
+ * both `.wandb` files with W&B's own reader, `wandb leet inspect`).
  *
  *   wandb_logger OUT fit    a 2-epoch fit logging to a W&B logger (first,
  *                           so ModelCheckpoint writes under its
@@ -130,8 +130,8 @@ static int host(void) {
     log1(l, "nan", NAN, 1);
     log1(l, "inf", -INFINITY, 2);
     log1(l, "tiny", 1e-7, 3);
-    /* A record longer than a block of the file: split into chunks. */
-    static char big[40000];
+    /* A record longer than two blocks of the file: FIRST, MIDDLE and LAST chunks. */
+    static char big[70000];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     const char *bigk[1] = {"big"};

@@ -9,8 +9,8 @@ runs with), reads them back as JSON, and:
 - fit: the same 2-epoch fit of the same MLP on the same points runs in
   Lightning 2.6 with WandbLogger(offline=True) and a CSVLogger, as the
   binary runs it with its W&B and CSV loggers. Both `.wandb` files hold
-  the same metric definitions and config; their history rows have the
-  same `_step`, `trainer/global_step` and keys in the same order; each
+  the same metric definitions and config; their history rows, in order,
+  have the same `_step`, `trainer/global_step` and keys; each
   side's rows are its CSV file's rows (the step as `trainer/global_step`),
   value for value (the CSV files' parity with Lightning is
   logger_parity.py's and hook_log_parity.py's); the summary is each
@@ -19,10 +19,12 @@ runs with), reads them back as JSON, and:
   under save_dir/project/<run id>/checkpoints on both sides.
 - host: a host loop's logger: entity, notes, tags (a repeated one kept
   once), prefixed names, NaN and -Infinity, config values typed (string,
-  number, boolean) and one larger than a block of the file, the exit code
+  number, boolean) and one longer than two blocks of the file (a record
+  in FIRST, MIDDLE and LAST chunks), the exit code
   1 of a "failed" finalize; a second logger's explicit finish.
-- a byte changed in a copy of a run's file makes W&B's reader stop there
-  (its checksums are read), so the checks above read checked records.
+- a digit changed in a copy of a run's file (the record still decodes)
+  makes W&B's reader stop before that record: its checksums are read, so
+  the checks above read checked records.
 """
 import argparse
 import csv
@@ -203,8 +205,8 @@ def check_fit(binary, work, env):
     check(summary["run_id"] == run_id and summary["name"] == "fit-run", "the summary's id and name")
     want_ckpt = os.path.join("fulmen-fit", run_id, "checkpoints")
     check(os.path.relpath(os.path.dirname(f_ckpt), out) == want_ckpt, f"fulmen's checkpoint under {want_ckpt}")
-    check(os.path.dirname(l_ckpt).split(os.sep)[0::2] == ["fulmen-fit", "checkpoints"],
-          f"Lightning's checkpoint under project/<id>/checkpoints too ({l_ckpt})")
+    l_want = os.path.join("fulmen-fit", l_run_rec["run_id"], "checkpoints")
+    check(os.path.dirname(l_ckpt) == l_want, f"Lightning's checkpoint under {l_want} too ({l_ckpt})")
     check(os.path.basename(f_ckpt) == os.path.basename(l_ckpt), "the same checkpoint name")
     return f_run
 
@@ -219,8 +221,8 @@ def check_host(binary, work, env):
     check(s["project"] == "fulmen-host" and s["notes"] == 'a "quoted" note', "project and notes")
     check(s["tags"] == ["a", "b"], "tags, a repeated one once")
     check(s["state"] == "failed" and s["exit_code"] == 1, "a failed finalize ends the run with exit code 1")
-    check(s["config"] == {"optimizer": "adamw", "lr": 0.001, "layers": 3, "amsgrad": True, "big": "x" * 39999},
-          "config values typed, and one larger than a block")
+    check(s["config"] == {"optimizer": "adamw", "lr": 0.001, "layers": 3, "amsgrad": True, "big": "x" * 69999},
+          "config values typed, and one longer than two blocks")
     records, _ = inspect(runs[0], env)
     rows = history(records)
     check([r["_step"] for r in rows] == list(range(6)), "_step counts the rows")
@@ -235,18 +237,27 @@ def check_host(binary, work, env):
 
 
 def check_corruption(run_dir, work, env):
-    """A byte changed in a copy: W&B's reader does not return the record."""
+    """A digit of the config's `"hidden"` value changed in a copy (the
+    record still decodes, to another number): W&B's reader does not return
+    that record or any after it."""
     src = next(os.path.join(run_dir, f) for f in os.listdir(run_dir) if f.endswith(".wandb"))
-    whole, _ = inspect(src, env)
+    whole, err = inspect(src, env)
+    check(whole is not None, f"W&B's reader reads the original ({err})")
+    data = bytearray(open(src, "rb").read())
+    at = data.index(b"hidden")
+    digit = data.index(b"8", at)
+    check(digit - at < 12, "the value's digit found after its key")
+    data[digit] = ord("9")
     copy = os.path.join(work, "corrupt.wandb")
-    shutil.copyfile(src, copy)
-    with open(copy, "r+b") as f:
-        f.seek(40)
-        b = f.read(1)
-        f.seek(40)
-        f.write(bytes([b[0] ^ 0xFF]))
+    with open(copy, "wb") as f:
+        f.write(data)
     cut, err = inspect(copy, env)
-    check(cut is None or len(cut) < len(whole), f"a changed byte is caught by the checksums ({err.strip()[:200]})")
+    nums = [r["num"] for r in whole if r["type"] == "config"]
+    check("checksum" in err.lower(), f"the reader names the checksum ({err.strip()[:300]})")
+    if cut is not None:
+        check(cut == whole[:len(cut)], "the records before the change are read as they are")
+        check(all(r["num"] < nums[0] for r in cut), f"the changed record is not returned ({len(cut)} records)")
+        check(all(r.get("config", {}).get("update", {}).get("hidden") != 9 for r in cut), "no record with the changed value")
 
 
 def main():

@@ -26,14 +26,17 @@ use std::ffi::c_char;
 /// that. Calls on one handle run one at a time (another call meanwhile
 /// fails with FULMEN_CODE_INVALID_STATE), from any thread. Free with
 /// `fulmen_logger_free`; a trainer it was added to keeps logging to it.
-/// A call or setting of the file loggers on an MLflow logger (name,
-/// version, log_dir, media...) on an MLflow or W&B logger, and
+/// A call or setting of the file loggers (name, version, log_dir,
+/// media...) on an MLflow or W&B logger, and
 /// `fulmen_logger_mlflow_*` / `fulmen_logger_wandb_*` on another kind,
 /// fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
 /// use (any logging call, `fulmen_logger_mlflow_run_id`) may also fail with
 /// FULMEN_CODE_INVALID_ARGUMENT (no tracking URI given or in
 /// MLFLOW_TRACKING_URI; credentials holding a line break) or
-/// FULMEN_CODE_INVALID_STATE (the experiment is deleted).
+/// FULMEN_CODE_INVALID_STATE (the experiment is deleted). A W&B logger's
+/// first use may fail with FULMEN_CODE_IO (its run folder or file cannot
+/// be made), and its logging calls once its run is finished
+/// (`fulmen_logger_wandb_finish`) with FULMEN_CODE_INVALID_STATE.
 pub struct fulmen_logger {
     pub(crate) inner: LoggerKind,
 }
@@ -246,8 +249,8 @@ pub unsafe extern "C" fn fulmen_logger_set_version_name(
 /// of logger; before its first use only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8),
-/// FULMEN_CODE_INVALID_STATE (the folder exists, or the MLflow run
-/// started).
+/// FULMEN_CODE_INVALID_STATE (the folder exists, or the MLflow or W&B
+/// run started).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_set_prefix(
     logger: *mut fulmen_logger,
@@ -362,14 +365,15 @@ pub unsafe extern "C" fn fulmen_logger_version(logger: *mut fulmen_logger, out: 
 /// TensorBoard, one scalar per name at `step`; MLflow, one `log-batch`
 /// request (names without the characters Lightning strips: all but
 /// letters, digits, `_ / . -` and space; NaN and infinities as MLflow's
-/// client sends them). Names get the prefix. No `epoch` is added (the
-/// trainer adds it to what it logs). `n` may be 0 (CSV: a row with only
+/// client sends them); W&B, one history row and summary update with
+/// `trainer/global_step` = `step`. Names get the prefix. No `epoch` is
+/// added (the trainer adds it to what it logs). `n` may be 0 (CSV: a row with only
 /// the step). The arrays are read during the call only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a name empty, not UTF-8 or
 /// holding a line break), FULMEN_CODE_IO (the folder or file cannot be
 /// written; the MLflow server cannot be reached, or refuses, with its
-/// answer).
+/// answer), FULMEN_CODE_INVALID_STATE (a finished W&B run).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_log_metrics(
     logger: *mut fulmen_logger,
@@ -396,12 +400,13 @@ pub unsafe extern "C" fn fulmen_logger_log_metrics(
 /// `hp_metric` = -1 unless default_hp_metric is off, and keeps them for the
 /// `hparams.yaml` it writes when it saves; MLflow logs them as the run's
 /// params, each value cut to 250 characters as Lightning cuts them (MLflow
-/// refuses a param changed to another value). The arrays are read during
-/// the call only.
+/// refuses a param changed to another value); W&B writes them into the
+/// run's config (numbers and booleans typed, other text as strings). The
+/// arrays are read during the call only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a key or value not UTF-8),
 /// FULMEN_CODE_IO (the folder or file cannot be written; the MLflow
-/// server's refusal).
+/// server's refusal), FULMEN_CODE_INVALID_STATE (a finished W&B run).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_log_hyperparams(
     logger: *mut fulmen_logger,
@@ -494,7 +499,8 @@ pub unsafe extern "C" fn fulmen_logger_add_text(
 /// the rows kept in memory; TensorBoard flushes its event file and writes
 /// `hparams.yaml` if the folder has none. Makes the folder if the logger
 /// was not used yet, as Lightning. MLflow: nothing (every call is sent at
-/// once).
+/// once). W&B: hands the run's file to the OS (nothing for a logger not
+/// used yet or a finished run).
 ///
 /// Errors: FULMEN_CODE_IO.
 #[no_mangle]
@@ -509,10 +515,12 @@ pub unsafe extern "C" fn fulmen_logger_save(logger: *mut fulmen_logger) -> *mut 
 /// checkpoints kept for the end (`FULMEN_MLFLOW_LOG_MODEL_AT_END`), then
 /// ends the run: "success" and "finished" FINISHED, "failed" FAILED,
 /// "killed" KILLED (a logger never used does nothing; logging later goes
-/// on in the same run, as Lightning's).
+/// on in the same run, as Lightning's); W&B makes the run's file durable
+/// and keeps the run open, as Lightning's WandbLogger, its exit code (1
+/// after "failed" or "killed", else 0) for when the run ends.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`status` not UTF-8; for MLflow
-/// not one of those four), FULMEN_CODE_IO.
+/// and W&B not one of those four), FULMEN_CODE_IO.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_finalize(
     logger: *mut fulmen_logger,

@@ -20,19 +20,21 @@ use std::ffi::c_char;
 /// (its name, id, settings, tags, host and start time) and Lightning's
 /// metric definitions (`trainer/global_step`, and every metric stepped by
 /// it). Each `log_metrics` is a history row with `trainer/global_step` =
-/// the step, `_step`, `_runtime` and `_timestamp`, and the matching
+/// the step, `_step`, `_runtime` and `_timestamp` (metrics of those four
+/// names are dropped: W&B's own take their place), and the matching
 /// summary update; hyperparameters go to the run's config (numbers,
 /// true and false as such, other text as strings). `finalize` makes the
 /// file durable and keeps the run open, as Lightning's logger; the run
 /// ends (its exit record: code 1 after a "failed" finalize, else 0) with
 /// `fulmen_logger_wandb_finish`, or when the logger is freed and no
-/// trainer holds it. With the logger first among a trainer's loggers, the
+/// trainer holds it (the last finalize decides the code). With the logger first among a trainer's loggers, the
 /// trainer's log folder is `save_dir` and ModelCheckpoint writes to
 /// `save_dir/project/<run id>/checkpoints`, as Lightning. Online
 /// streaming, media, tables and checkpoint artifacts (`log_model`) are
 /// not written. The caller owns `*out`.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8; a project holding one
+/// of `/ \ # ? % :`, or "." or "..", which W&B refuses).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_wandb_new(
     save_dir: *const c_char,

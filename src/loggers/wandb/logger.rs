@@ -18,12 +18,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The writer named in the file's header.
 const PRODUCER: &str = concat!("fulmen-", env!("CARGO_PKG_VERSION"));
-/// The oldest wandb reader of the format, as wandb 0.31's writer names it.
+/// The header's `min_consumer`, as wandb 0.31's writer fills it in.
 const MIN_CONSUMER: &str = "0.70.0";
 /// The step metric Lightning's logger defines and logs.
 pub const GLOBAL_STEP: &str = "trainer/global_step";
 /// The longest run id accepted.
 const MAX_ID: usize = 64;
+/// The keys `wandb.log` adds to every row; a metric of one of these names
+/// is dropped, as W&B's own values take their place.
+const RESERVED: [&str; 3] = ["_step", "_runtime", "_timestamp"];
 
 /// A W&B logger with Lightning's settings; the run starts on first use.
 pub struct WandbLogger {
@@ -52,7 +55,11 @@ impl WandbLogger {
     /// A logger of project `project` ("" for Lightning's
     /// "lightning_logs") writing under `save_dir` ("" for ".").
     pub fn new(save_dir: &str, project: &str) -> Result<Self> {
-        check_text("project", project)?;
+        if project.contains(['/', '\\', '#', '?', '%', ':', '\0']) || project == "." || project == ".." {
+            return Err(Error::invalid(format!(
+                "W&B project {project:?}: a project name holds none of / \\ # ? % : (and is not . or ..)"
+            )));
+        }
         let info = RunInfo {
             project: if project.is_empty() { "lightning_logs".into() } else { project.into() },
             ..RunInfo::default()
@@ -137,44 +144,39 @@ impl WandbLogger {
     /// with the header, the run and Lightning's two metric definitions.
     fn open(&mut self) -> Result<&mut OpenRun> {
         if self.run.is_none() {
-            let given = !self.info.run_id.is_empty();
+            let given = (!self.info.run_id.is_empty()).then(|| self.info.run_id.clone());
             let root = self.save_dir.join("wandb");
             std::fs::create_dir_all(&root).map_err(|e| Error::io(format!("creating {}: {e}", root.display())))?;
             let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
             let stamp = local_stamp(now.as_secs() as i64);
             let mut attempt = 0;
-            let dir = loop {
-                if !given {
-                    self.info.run_id = new_run_id();
-                }
-                let dir = root.join(format!("offline-run-{stamp}-{}", self.info.run_id));
+            let (dir, id) = loop {
+                let id = given.clone().unwrap_or_else(new_run_id);
+                let dir = root.join(format!("offline-run-{stamp}-{id}"));
                 match std::fs::create_dir(&dir) {
-                    Ok(()) => break dir,
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !given && attempt < 100 => attempt += 1,
+                    Ok(()) => break (dir, id),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && given.is_none() && attempt < 100 => {
+                        attempt += 1
+                    }
                     Err(e) => return Err(Error::io(format!("creating {}: {e}", dir.display()))),
                 }
             };
-            let files = dir.join("files");
-            std::fs::create_dir(&files).map_err(|e| Error::io(format!("creating {}: {e}", files.display())))?;
-            let log = TransactionLog::create(&dir.join(format!("run-{}.wandb", self.info.run_id)))?;
-            self.info.host = hostname();
-            self.info.start_time = (now.as_secs() as i64, now.subsec_nanos() as i32);
-            let mut run = OpenRun { dir, log, num: 0, step: 0, start: Instant::now(), exit_code: 0, finished: false };
-            let id = self.info.run_id.clone();
-            run.write(&id, Body::Header { producer: PRODUCER.into(), min_consumer: MIN_CONSUMER.into() })?;
-            run.write(&id, Body::Run(self.info.clone()))?;
-            run.write(&id, Body::Metric(MetricDef { name: GLOBAL_STEP.into(), ..MetricDef::default() }))?;
-            run.write(
-                &id,
-                Body::Metric(MetricDef {
-                    glob_name: "*".into(),
-                    step_metric: GLOBAL_STEP.into(),
-                    step_sync: true,
-                    ..MetricDef::default()
-                }),
-            )?;
-            run.log.flush(false)?;
-            self.run = Some(run);
+            let mut info = self.info.clone();
+            info.run_id = id;
+            info.host = hostname();
+            info.start_time = (now.as_secs() as i64, now.subsec_nanos() as i32);
+            match start_run(&dir, &info) {
+                Ok(run) => {
+                    self.info = info;
+                    self.run = Some(run);
+                }
+                Err(e) => {
+                    // The folder is this call's own: nothing half-made stays
+                    // for `wandb sync` to trip on.
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            }
         }
         Ok(self.run.as_mut().expect("opened above"))
     }
@@ -208,7 +210,7 @@ impl WandbLogger {
         if let Some(epoch) = epoch.filter(|_| !metrics.contains_key("epoch")) {
             items.push((prefixed(&self.prefix, "epoch"), epoch.to_string()));
         }
-        items.retain(|(k, _)| k != GLOBAL_STEP);
+        items.retain(|(k, _)| k != GLOBAL_STEP && !RESERVED.contains(&k.as_str()));
         items.push((GLOBAL_STEP.into(), step.to_string()));
         let (run, id) = self.started()?;
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
@@ -244,6 +246,25 @@ impl WandbLogger {
     }
 }
 
+/// Makes the run's `files/` and its `.wandb` file in `dir`, and writes the
+/// header, the run and Lightning's two metric definitions.
+fn start_run(dir: &Path, info: &RunInfo) -> Result<OpenRun> {
+    let files = dir.join("files");
+    std::fs::create_dir(&files).map_err(|e| Error::io(format!("creating {}: {e}", files.display())))?;
+    let log = TransactionLog::create(&dir.join(format!("run-{}.wandb", info.run_id)))?;
+    let mut run =
+        OpenRun { dir: dir.to_path_buf(), log, num: 0, step: 0, start: Instant::now(), exit_code: 0, finished: false };
+    let id = &info.run_id;
+    run.write(id, Body::Header { producer: PRODUCER.into(), min_consumer: MIN_CONSUMER.into() })?;
+    run.write(id, Body::Run(info.clone()))?;
+    run.write(id, Body::Metric(MetricDef { name: GLOBAL_STEP.into(), ..MetricDef::default() }))?;
+    let every =
+        MetricDef { glob_name: "*".into(), step_metric: GLOBAL_STEP.into(), step_sync: true, ..MetricDef::default() };
+    run.write(id, Body::Metric(every))?;
+    run.log.flush(false)?;
+    Ok(run)
+}
+
 impl OpenRun {
     /// Appends the next record.
     fn write(&mut self, run_id: &str, body: Body) -> Result<()> {
@@ -267,7 +288,7 @@ impl OpenRun {
 
 impl Drop for WandbLogger {
     /// The run ends with the logger, as wandb ends a run when its process
-    /// exits: code 1 if a run failed, else 0.
+    /// exits: code 1 if the last finalize was "failed" or "killed", else 0.
     fn drop(&mut self) {
         let id = self.info.run_id.clone();
         if let Some(run) = self.run.as_mut() {
@@ -326,10 +347,11 @@ fn new_run_id() -> String {
 
 /// `YYYYMMDD_HHMMSS` of `secs` in local time, as wandb names run folders.
 fn local_stamp(secs: i64) -> String {
-    // SAFETY: `tm` is plain data that localtime_r fills; both pointers
-    // are valid for the call.
+    // SAFETY: `tm` is plain data (integers and a pointer), valid zeroed.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     let t = secs as libc::time_t;
+    // SAFETY: both pointers are valid for the call; localtime_r keeps
+    // neither and is thread-safe.
     let ok = unsafe { !libc::localtime_r(&t, &mut tm).is_null() };
     if !ok {
         return format!("{secs}");
@@ -370,8 +392,9 @@ impl Logger for WandbLogger {
     }
 
     /// Makes the file durable and keeps the outcome for the exit record
-    /// ("failed" or "killed": exit code 1); the run goes on, as
-    /// Lightning's logger leaves it open until the process ends.
+    /// (the last finalize decides: "failed" or "killed" exit code 1, else
+    /// 0); the run goes on, as Lightning's logger leaves it open until the
+    /// process ends.
     fn finalize(&mut self, status: &str) -> Result<()> {
         let failed = match status {
             "success" | "finished" => false,
@@ -384,9 +407,7 @@ impl Logger for WandbLogger {
         };
         match self.run.as_mut() {
             Some(run) if !run.finished => {
-                if failed {
-                    run.exit_code = 1;
-                }
+                run.exit_code = i32::from(failed);
                 run.log.flush(true)
             }
             _ => Ok(()),

@@ -145,3 +145,51 @@ fn a_finished_run_refuses_logging_and_ids_differ() {
     assert_eq!(e.code, ErrorCode::InvalidState, "{}", e.message);
     assert!(a.run_folder().unwrap().join(format!("run-{ia}.wandb")).is_file(), "the folder of a finished run");
 }
+
+#[test]
+fn projects_w_and_b_refuses_are_refused() {
+    for bad in ["a/b", "..", ".", "x:y", "50%", "a#b", "q?", "back\\slash"] {
+        let e = WandbLogger::new("", bad).err().expect(bad);
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}: {}", e.message);
+    }
+    WandbLogger::new("", "my-project_1.v2").unwrap();
+}
+
+#[test]
+fn reserved_keys_are_w_and_bs_and_the_last_finalize_decides_the_exit_code() {
+    let d = TempDir::new("wandb-reserved");
+    let mut l = WandbLogger::new(d.to_str().unwrap(), "p").unwrap();
+    l.set_id("r").unwrap();
+    let metrics = BTreeMap::from([("_step".to_string(), 99.0), ("loss".to_string(), 1.0)]);
+    l.log_metrics_at(&metrics, None, 0).unwrap();
+    l.finalize("failed").unwrap();
+    l.finalize("success").unwrap();
+    let folder = l.run_folder().unwrap();
+    drop(l);
+    let records = read_records(&folder.join("run-r.wandb"));
+    // Header, run, 2 metrics, summary, history, exit.
+    assert_eq!(records.len(), 7);
+    let count = |needle: &[u8]| records[5].windows(needle.len()).filter(|w| *w == needle).count();
+    // nested_key (field 2) "_step", and value_json (field 16) "99.0".
+    assert_eq!(count(b"\x12\x05_step"), 1, "one _step item, W&B's");
+    assert_eq!(count(b"\x82\x01\x0499.0"), 0, "the metric named _step is dropped");
+    assert_eq!(count(b"\x82\x01\x031.0"), 1, "the loss is there");
+    let exit = &records[6];
+    // num 7, exit {} (code 0 and runtime 0 left out), _info.
+    assert_eq!(&exit[..4], &[0x08, 7, 0x92, 0x01]);
+    assert_eq!(exit[4], 0, "exit code 0 after a successful last finalize");
+}
+
+#[test]
+fn a_run_that_cannot_start_can_be_retried() {
+    let d = TempDir::new("wandb-retry");
+    // save_dir/wandb is a file: the start fails, and the id stays unset so
+    // the retry draws a fresh one.
+    std::fs::write(d.join("wandb"), "a file").unwrap();
+    let mut l = WandbLogger::new(d.to_str().unwrap(), "p").unwrap();
+    assert_eq!(l.run_id().unwrap_err().code, ErrorCode::Io);
+    std::fs::remove_file(d.join("wandb")).unwrap();
+    let id = l.run_id().unwrap();
+    assert_eq!(id.len(), 8);
+    assert_eq!(std::fs::read_dir(d.join("wandb")).unwrap().count(), 1, "one run folder");
+}

@@ -43,6 +43,9 @@ pub struct TransactionLog {
     out: BufWriter<File>,
     /// Bytes written so far (the offset in the file).
     offset: usize,
+    /// Whether a write failed: the block offsets after it are unknown, so
+    /// nothing more is appended (a reader would lose every later record).
+    broken: bool,
 }
 
 impl TransactionLog {
@@ -53,7 +56,7 @@ impl TransactionLog {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io(format!("creating {}: {e}", path.display())))?;
-        let mut log = TransactionLog { path: path.to_path_buf(), out: BufWriter::new(file), offset: 0 };
+        let mut log = TransactionLog { path: path.to_path_buf(), out: BufWriter::new(file), offset: 0, broken: false };
         let mut header = Vec::with_capacity(HEADER);
         header.extend_from_slice(IDENT);
         header.extend_from_slice(&MAGIC.to_le_bytes());
@@ -68,13 +71,23 @@ impl TransactionLog {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes).map_err(|e| Error::io(format!("writing {}: {e}", self.path.display())))?;
+        if let Err(e) = self.out.write_all(bytes) {
+            self.broken = true;
+            return Err(Error::io(format!("writing {}: {e}", self.path.display())));
+        }
         self.offset += bytes.len();
         Ok(())
     }
 
-    /// Appends one record (an encoded `wandb_internal.Record`).
+    /// Appends one record (an encoded `wandb_internal.Record`); after a
+    /// failed write every append fails.
     pub fn append(&mut self, record: &[u8]) -> Result<()> {
+        if self.broken {
+            return Err(Error::io(format!(
+                "{}: an earlier write failed, so records cannot be framed after it",
+                self.path.display()
+            )));
+        }
         let mut rest = record;
         let mut first = true;
         loop {
