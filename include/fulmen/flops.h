@@ -127,10 +127,11 @@ typedef struct fulmen_flop_value {
  * `inputs` and `outputs` are valid during the call only. It may be called
  * from several threads at once (threads measure apart; a backward's
  * operators run on autograd's threads), while an operator returns, with
- * libtorch's operators it calls itself not counted. It must not use the
- * model being measured (the measurement holds it; from autograd's
- * threads such a call would wait for it), nor throw or unwind through
- * fulmen. An operator whose schema returns nothing (`_fused_adam_`) is
+ * libtorch's operators it calls itself not counted. A model another
+ * call holds, such as the model being measured, is refused to it with
+ * FULMEN_CODE_INVALID_STATE rather than waited for (from autograd's
+ * threads the measurement could never end). It must not throw or unwind
+ * through fulmen. An operator whose schema returns nothing (`_fused_adam_`) is
  * called with no outputs.
  */
 typedef struct fulmen_error *(*fulmen_flop_formula_fn)(void *userdata,

@@ -7,7 +7,7 @@ use super::epoch_loop::train_epoch;
 use super::fit_data::FitData;
 use super::hooks::{Callback, Hook};
 use super::manual_optimization::check_manual;
-use super::next_fit::{done_before_start, FitLoopState};
+use super::next_fit::{limit_reached, FitLoopState};
 use super::options::ValCheckInterval;
 use super::run::Run;
 use super::source::BatchSource;
@@ -444,7 +444,7 @@ fn fit_run(
         restored?;
     }
     let max_steps = opts.step_limit();
-    let done = done_before_start(run.state.max_epochs, max_steps, start_epoch, run.state.global_step);
+    let done = limit_reached(run.state.max_epochs, max_steps, start_epoch, run.state.global_step);
     if let Some(why) = done {
         // Lightning's fit loop skips itself, with on_train_start and
         // on_train_end, when it is done before its first epoch.
@@ -472,7 +472,7 @@ fn fit_run(
     let min_steps = opts.min_steps.unwrap_or(0);
     let mut epoch = start_epoch;
     let mut total_batches: u64 = 0;
-    while run.state.max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
+    while limit_reached(run.state.max_epochs, max_steps, epoch, run.state.global_step).is_none() {
         run.state.epoch = epoch;
         if data.prepare_train(&mut *run.module, &run.strategy, epoch)? {
             run.state.num_train_batches = count_train_batches(opts, data.train()?);

@@ -40,16 +40,11 @@ impl FitLoopState {
     }
 }
 
-/// Why a fit starting at `epoch` and `global_step` has nothing to train
-/// (Lightning's `_FitLoop.done` before its first epoch, which skips the
-/// loop with its `on_train_start` / `on_train_end`): the epoch or step
-/// limit it reached.
-pub(crate) fn done_before_start(
-    max_epochs: Option<i64>,
-    max_steps: i64,
-    epoch: i64,
-    global_step: i64,
-) -> Option<String> {
+/// Which limit a fit at `epoch` and `global_step` reached (Lightning's
+/// `_FitLoop.done`): the condition of the fit loop, and before its first
+/// epoch the reason it skips itself with its `on_train_start` /
+/// `on_train_end`; `None` while there is more to train.
+pub(crate) fn limit_reached(max_epochs: Option<i64>, max_steps: i64, epoch: i64, global_step: i64) -> Option<String> {
     if max_steps >= 0 && global_step >= max_steps {
         return Some(format!("`max_steps={max_steps}` reached"));
     }

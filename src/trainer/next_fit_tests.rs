@@ -2,11 +2,11 @@ use super::*;
 
 #[test]
 fn a_fit_done_before_its_first_epoch_says_which_limit() {
-    assert_eq!(done_before_start(Some(2), -1, 2, 22), Some("`max_epochs=2` reached".into()));
-    assert_eq!(done_before_start(Some(4), 22, 2, 22), Some("`max_steps=22` reached".into()));
-    assert_eq!(done_before_start(Some(4), -1, 2, 22), None);
-    assert_eq!(done_before_start(None, 30, 2, 22), None);
-    assert_eq!(done_before_start(Some(0), -1, 0, 0), Some("`max_epochs=0` reached".into()));
+    assert_eq!(limit_reached(Some(2), -1, 2, 22), Some("`max_epochs=2` reached".into()));
+    assert_eq!(limit_reached(Some(4), 22, 2, 22), Some("`max_steps=22` reached".into()));
+    assert_eq!(limit_reached(Some(4), -1, 2, 22), None);
+    assert_eq!(limit_reached(None, 30, 2, 22), None);
+    assert_eq!(limit_reached(Some(0), -1, 0, 0), Some("`max_epochs=0` reached".into()));
 }
 
 #[test]

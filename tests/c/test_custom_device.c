@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -759,6 +760,58 @@ static void test_deferred_checks(void) {
     expect_bad_fit("npu", false, FULMEN_CODE_OUT_OF_RANGE, "class target lay outside", 4);
 }
 
+/* ------------------------------ a FLOP formula on autograd's device thread */
+
+typedef struct {
+    fulmen_model *model;
+    fulmen_tensor *input;
+    pthread_t measuring;
+    int calls, other_thread;
+} formula_use;
+
+/* Uses the measured model: from the backward of a device, on autograd's
+ * thread while the measuring thread holds the model and waits. */
+static fulmen_error *uses_the_model(void *ud, const char *op, const fulmen_flop_value *in, size_t n_in,
+                                    const fulmen_flop_value *out, size_t n_out, uint64_t *flops) {
+    (void)op, (void)in, (void)n_in, (void)out, (void)n_out, (void)flops;
+    formula_use *u = ud;
+    u->calls++;
+    if (!pthread_equal(pthread_self(), u->measuring)) u->other_thread++;
+    fulmen_tensor *y = NULL;
+    fulmen_error *e = fulmen_model_forward(u->model, u->input, &y);
+    fulmen_tensor_free(y);
+    return e != NULL ? e : fulmen_error_new(FULMEN_CODE_CALLBACK, "the held model was not refused");
+}
+
+/* A formula that uses the model being measured fails the measurement with
+ * INVALID_STATE instead of waiting forever for the model. */
+static void test_formula_refused_the_measured_model(void) {
+    fulmen_model *m = NULL, *lin = NULL, *act = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&m));
+    CHECK_OK(fulmen_model_linear_new(3, 4, true, &lin));
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_GELU, 0, &act));
+    CHECK_OK(fulmen_model_push(m, lin));
+    CHECK_OK(fulmen_model_push(m, act));
+    CHECK_OK(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0));
+    const int64_t shape[2] = {2, 3};
+    fulmen_tensor *x = NULL;
+    CHECK_OK(fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x));
+    formula_use u = {m, on(x, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0), pthread_self(), 0, 0};
+    CHECK_OK(fulmen_flops_register_formula("aten::gelu_backward", uses_the_model, &u, NULL));
+    uint64_t flops = 0;
+    CHECK_ERR(fulmen_model_measure_flops(m, u.input, true, &flops), FULMEN_CODE_INVALID_STATE,
+              "a FLOP formula cannot use a model another call holds");
+    CHECK(u.calls == 1 && u.other_thread == 1);
+    CHECK_OK(fulmen_flops_unregister_formula("aten::gelu_backward", NULL));
+    /* The model is free again. */
+    fulmen_tensor *y = NULL;
+    CHECK_OK(fulmen_model_forward(m, u.input, &y));
+    fulmen_tensor_free(y);
+    fulmen_tensor_free(u.input);
+    fulmen_tensor_free(x);
+    fulmen_model_free(m);
+}
+
 int main(void) {
     snprintf(work, sizeof work, "/tmp/fulmen-custom-device.XXXXXX");
     if (mkdtemp(work) == NULL) {
@@ -770,6 +823,7 @@ int main(void) {
     test_device_type();
     test_tensors();
     test_model_on_device();
+    test_formula_refused_the_measured_model();
     test_fit_on_device();
     test_capabilities();
     test_vendor_generator();

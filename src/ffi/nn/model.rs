@@ -28,6 +28,29 @@ thread_local! {
     /// The models the callback thread this thread is attached to held
     /// locked when its callback began (`fulmen_callback_attach`).
     static LOCKED_BY_CALLER: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// How many host FLOP formula calls this thread is inside.
+    static IN_FLOP_FORMULA: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as running a host FLOP formula for its lifetime: a
+/// model another call holds is then refused instead of waited for. A
+/// backward's formulas run on autograd's threads while the measuring
+/// thread, which may hold the measured model, waits for that backward, so
+/// waiting there could never end.
+pub(crate) struct InFlopFormula(());
+
+impl InFlopFormula {
+    /// Enters a formula call.
+    pub(crate) fn enter() -> InFlopFormula {
+        IN_FLOP_FORMULA.with(|d| d.set(d.get() + 1));
+        InFlopFormula(())
+    }
+}
+
+impl Drop for InFlopFormula {
+    fn drop(&mut self) {
+        let _ = IN_FLOP_FORMULA.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
 }
 
 /// The models held locked for this thread's work: its own, and those of
@@ -78,7 +101,8 @@ impl Drop for ModelGuard<'_> {
 /// Locks a shared model (a poisoned lock still holds a usable model). A
 /// call from a host forward callback into the model it runs for (on the
 /// same thread) is refused with FULMEN_CODE_INVALID_STATE instead of
-/// deadlocking.
+/// deadlocking; so is a call from a host FLOP formula into a model another
+/// call holds (the measurement holding the model it measures).
 pub(crate) fn lock(m: &SharedModel) -> Result<ModelGuard<'_>> {
     let key = Arc::as_ptr(m) as usize;
     let held = |l: &std::cell::RefCell<Vec<usize>>| l.borrow().contains(&key);
@@ -88,7 +112,20 @@ pub(crate) fn lock(m: &SharedModel) -> Result<ModelGuard<'_>> {
              attached to (a re-entrant call); inside the callback use the fulmen_host_call it was given",
         ));
     }
-    let guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = if IN_FLOP_FORMULA.with(|d| d.get() > 0) {
+        match m.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err(Error::state(
+                    "a FLOP formula cannot use a model another call holds, such as the model being measured \
+                     (from autograd's threads the wait would never end)",
+                ))
+            }
+        }
+    } else {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    };
     LOCKED.with(|l| l.borrow_mut().push(key));
     Ok(ModelGuard { guard, key })
 }
