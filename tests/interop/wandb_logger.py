@@ -21,7 +21,8 @@ runs with), reads them back as JSON, and:
   once), prefixed names, NaN and -Infinity, config values typed (string,
   number, boolean) and one longer than two blocks of the file (a record
   in FIRST, MIDDLE and LAST chunks), the exit code
-  1 of a "failed" finalize; a second logger's explicit finish.
+  1 of a "failed" finalize; a second logger's explicit finish; the
+  `latest-run` link W&B's reader follows when given the wandb folder.
 - a digit changed in a copy of a run's file (the record still decodes)
   makes W&B's reader stop before that record: its checksums are read, so
   the checks above read checked records.
@@ -233,6 +234,10 @@ def check_host(binary, work, env):
     check(s2 is not None and s2["project"] == "lightning_logs", f"the default project ({err})")
     check(s2["state"] == "finished" and s2["exit_code"] == 0, "finish(0): a second finish changes nothing")
     check(len(s2["run_id"]) == 8 and s2["run_id"].isalnum(), "a generated id of eight characters")
+    latest = os.readlink(os.path.join(out, "wandb", "latest-run"))
+    check(latest == os.path.basename(runs[1]), f"wandb/latest-run links to the newest run folder ({latest})")
+    s3, err = inspect(os.path.join(out, "wandb"), env, summary=True)
+    check(s3 is not None and s3["run_id"] == s2["run_id"], f"W&B's reader given the wandb folder reads it ({err})")
     return runs[0]
 
 

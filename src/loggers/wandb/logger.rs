@@ -167,6 +167,7 @@ impl WandbLogger {
             info.start_time = (now.as_secs() as i64, now.subsec_nanos() as i32);
             match start_run(&dir, &info) {
                 Ok(run) => {
+                    point_latest_run(&root, &dir);
                     self.info = info;
                     self.run = Some(run);
                 }
@@ -263,6 +264,26 @@ fn start_run(dir: &Path, info: &RunInfo) -> Result<OpenRun> {
     run.write(id, Body::Metric(every))?;
     run.log.flush(false)?;
     Ok(run)
+}
+
+/// Points `root/latest-run` at the run folder, as wandb does (a relative
+/// link, which `wandb leet` and `wandb sync` read without a path); best
+/// effort, as wandb's. Only a link or nothing is replaced: a folder or file
+/// of that name is left alone.
+fn point_latest_run(root: &Path, dir: &Path) {
+    let link = root.join("latest-run");
+    if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
+        return;
+    }
+    let Some(target) = dir.file_name() else { return };
+    // Made under a name of this process's own, then renamed over the old
+    // link: a reader never sees no link, two writers never collide.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = root.join(format!(".latest-run.{}.{n}", std::process::id()));
+    if std::os::unix::fs::symlink(target, &tmp).is_ok() && std::fs::rename(&tmp, &link).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
 }
 
 impl OpenRun {

@@ -111,6 +111,7 @@ fn settings_ids_and_the_run_folder() {
     let name = folder.file_name().unwrap().to_str().unwrap().to_string();
     assert!(name.starts_with("offline-run-") && name.ends_with("-run_1"), "{name}");
     assert_eq!(folder.parent().unwrap(), d.join("wandb"));
+    assert_eq!(std::fs::read_link(d.join("wandb/latest-run")).unwrap(), Path::new(&name), "a relative link");
     assert!(folder.join("files").is_dir());
     assert_eq!(l.set_name("late").unwrap_err().code, ErrorCode::InvalidState);
     l.log_metrics(&BTreeMap::from([("loss".to_string(), 0.25)]), Some(0), 3).unwrap();
@@ -191,5 +192,26 @@ fn a_run_that_cannot_start_can_be_retried() {
     std::fs::remove_file(d.join("wandb")).unwrap();
     let id = l.run_id().unwrap();
     assert_eq!(id.len(), 8);
-    assert_eq!(std::fs::read_dir(d.join("wandb")).unwrap().count(), 1, "one run folder");
+    assert_eq!(std::fs::read_dir(d.join("wandb")).unwrap().count(), 2, "one run folder and latest-run");
+}
+
+#[test]
+fn latest_run_follows_the_newest_run_and_spares_what_is_not_a_link() {
+    let d = TempDir::new("wandb-latest");
+    let save = d.to_str().unwrap();
+    let mut a = WandbLogger::new(save, "p").unwrap();
+    let mut b = WandbLogger::new(save, "p").unwrap();
+    let (fa, fb) = (a.run_folder().unwrap(), b.run_folder().unwrap());
+    let link = std::fs::read_link(d.join("wandb/latest-run")).unwrap();
+    assert_eq!(link, Path::new(fb.file_name().unwrap()));
+    assert_ne!(fa, fb);
+    // A folder named latest-run is the user's: kept.
+    let e = TempDir::new("wandb-latest-dir");
+    std::fs::create_dir_all(e.join("wandb/latest-run")).unwrap();
+    std::fs::write(e.join("wandb/latest-run/keep"), "mine").unwrap();
+    let mut c = WandbLogger::new(e.to_str().unwrap(), "p").unwrap();
+    c.run_id().unwrap();
+    assert_eq!(std::fs::read_to_string(e.join("wandb/latest-run/keep")).unwrap(), "mine");
+    let names: Vec<_> = std::fs::read_dir(e.join("wandb")).unwrap().map(|x| x.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "the run and the user's folder, no leftover link: {names:?}");
 }
