@@ -7,11 +7,11 @@
 use super::csv::CsvLogger;
 use super::layout::{check_relative, Layout, Version};
 use super::logger::Logger;
+use super::shared::{NamedLogger, SharedLogger};
 use super::tensorboard::{Media, TensorBoardLogger};
 use crate::error::{Error, Result, ResultExt};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Which files a [`FileLogger`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,65 +301,11 @@ impl Drop for FileLogger {
 
 /// A [`FileLogger`] shared by a host's handle and the trainers it was
 /// added to; each call locks it.
-#[derive(Clone)]
-pub struct SharedFileLogger {
-    kind: FileLoggerKind,
-    inner: Arc<Mutex<FileLogger>>,
-}
+pub type SharedFileLogger = SharedLogger<FileLogger>;
 
-impl SharedFileLogger {
-    /// Shares `logger`.
-    pub fn new(logger: FileLogger) -> Self {
-        SharedFileLogger { kind: logger.kind(), inner: Arc::new(Mutex::new(logger)) }
-    }
-
-    /// The logger, locked (a panic while it was locked leaves it usable:
-    /// its state is only files and rows).
-    pub fn lock(&self) -> MutexGuard<'_, FileLogger> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Logger for SharedFileLogger {
-    fn name(&self) -> &str {
+impl NamedLogger for FileLogger {
+    fn kind_name(&self) -> &'static str {
         self.kind.name()
-    }
-
-    /// `None`: the folder is read through [`Logger::resolve_log_dir`].
-    fn log_dir(&self) -> Option<&Path> {
-        None
-    }
-
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
-        self.lock().log_metrics(metrics, epoch, step)
-    }
-
-    fn log_hyperparams(&mut self, params: &BTreeMap<String, String>) -> Result<()> {
-        self.lock().log_hyperparams(params)
-    }
-
-    fn save(&mut self) -> Result<()> {
-        self.lock().save()
-    }
-
-    fn finalize(&mut self, status: &str) -> Result<()> {
-        self.lock().finalize(status)
-    }
-
-    fn resolve_log_dir(&mut self) -> Result<Option<PathBuf>> {
-        self.lock().resolve_log_dir()
-    }
-
-    fn run_dir(&self) -> Option<PathBuf> {
-        self.lock().run_dir()
-    }
-
-    fn accepts_media(&self) -> bool {
-        self.kind == FileLoggerKind::TensorBoard
-    }
-
-    fn add_media(&mut self, tag: &str, media: &Media, step: i64) -> Result<()> {
-        self.lock().add_media_at(tag, media, step)
     }
 }
 

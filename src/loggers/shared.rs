@@ -1,43 +1,47 @@
 //! A logger shared by a C handle and the trainers it was added to: one
-//! `Arc<Mutex<_>>` whose [`Logger`] calls lock it, for the loggers that
-//! keep no folder of the trainer's (MLflow, W&B).
-use super::Logger;
+//! `Arc<Mutex<_>>` whose [`Logger`] calls lock it (CSV, TensorBoard,
+//! MLflow, W&B).
+use super::{Logger, Media};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A logger kind's fixed short name ("mlflow", "wandb").
+/// A logger whose short name ("csv", "mlflow", "wandb") lives as long as
+/// the program, so a shared logger answers it without locking.
 pub trait NamedLogger: Logger + Send {
     /// The name [`Logger::name`] gives.
-    const NAME: &'static str;
+    fn kind_name(&self) -> &'static str;
 }
 
 /// `T` shared; clones are the same logger.
-pub struct SharedLogger<T>(Arc<Mutex<T>>);
+pub struct SharedLogger<T> {
+    name: &'static str,
+    inner: Arc<Mutex<T>>,
+}
 
 impl<T> Clone for SharedLogger<T> {
     fn clone(&self) -> Self {
-        SharedLogger(Arc::clone(&self.0))
+        SharedLogger { name: self.name, inner: Arc::clone(&self.inner) }
     }
 }
 
 impl<T: NamedLogger> SharedLogger<T> {
     /// Shares `logger`.
     pub fn new(logger: T) -> Self {
-        SharedLogger(Arc::new(Mutex::new(logger)))
+        SharedLogger { name: logger.kind_name(), inner: Arc::new(Mutex::new(logger)) }
     }
 
     /// The logger, locked (a panic while it was held does not lock it
-    /// out).
+    /// out: the loggers' state is files, rows and a connection).
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl<T: NamedLogger> Logger for SharedLogger<T> {
     fn name(&self) -> &str {
-        T::NAME
+        self.name
     }
 
     /// `None`: a folder is read through [`Logger::resolve_log_dir`].
@@ -75,5 +79,13 @@ impl<T: NamedLogger> Logger for SharedLogger<T> {
 
     fn reads_checkpoints(&self) -> bool {
         self.lock().reads_checkpoints()
+    }
+
+    fn accepts_media(&self) -> bool {
+        self.lock().accepts_media()
+    }
+
+    fn add_media(&mut self, tag: &str, media: &Media, step: i64) -> Result<()> {
+        self.lock().add_media(tag, media, step)
     }
 }

@@ -272,7 +272,7 @@ fn run_status(status: &str) -> Result<&'static str> {
 
 impl Logger for MlflowLogger {
     fn name(&self) -> &str {
-        Self::NAME
+        self.kind_name()
     }
 
     fn log_dir(&self) -> Option<&Path> {
@@ -338,7 +338,9 @@ impl Logger for MlflowLogger {
 pub type SharedMlflowLogger = SharedLogger<MlflowLogger>;
 
 impl NamedLogger for MlflowLogger {
-    const NAME: &'static str = "mlflow";
+    fn kind_name(&self) -> &'static str {
+        "mlflow"
+    }
 }
 
 #[cfg(test)]

@@ -390,7 +390,7 @@ fn local_stamp(secs: i64) -> String {
 
 impl Logger for WandbLogger {
     fn name(&self) -> &str {
-        Self::NAME
+        self.kind_name()
     }
 
     fn log_dir(&self) -> Option<&Path> {
@@ -452,5 +452,7 @@ impl Logger for WandbLogger {
 pub type SharedWandbLogger = SharedLogger<WandbLogger>;
 
 impl NamedLogger for WandbLogger {
-    const NAME: &'static str = "wandb";
+    fn kind_name(&self) -> &'static str {
+        "wandb"
+    }
 }
