@@ -661,8 +661,7 @@ struct fulmen_error *fulmen_logger_wandb_run_id(struct fulmen_logger *logger,
  * `fulmen_model_state_dict_name`, starting the run if the logger was not
  * used yet.
  *
- * Errors: those of `fulmen_logger_wandb_run_id`; FULMEN_CODE_INVALID_ARGUMENT
- * also for a folder that is not UTF-8.
+ * Errors: those of `fulmen_logger_wandb_run_id`.
  */
 struct fulmen_error *fulmen_logger_wandb_run_dir(struct fulmen_logger *logger,
                                                  char *buf,

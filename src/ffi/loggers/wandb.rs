@@ -144,8 +144,7 @@ pub unsafe extern "C" fn fulmen_logger_wandb_run_id(
 /// `fulmen_model_state_dict_name`, starting the run if the logger was not
 /// used yet.
 ///
-/// Errors: those of `fulmen_logger_wandb_run_id`; FULMEN_CODE_INVALID_ARGUMENT
-/// also for a folder that is not UTF-8.
+/// Errors: those of `fulmen_logger_wandb_run_id`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_wandb_run_dir(
     logger: *mut fulmen_logger,
@@ -156,10 +155,7 @@ pub unsafe extern "C" fn fulmen_logger_wandb_run_dir(
     guard!(|| {
         check_out(len_out, "len_out")?;
         let dir = with_wandb(logger, |l| l.run_folder())?;
-        let dir = dir
-            .to_str()
-            .ok_or_else(|| crate::error::Error::invalid(format!("the run folder {} is not UTF-8", dir.display())))?;
-        copy_str(dir, buf, capacity, len_out)
+        copy_str(&dir.to_string_lossy(), buf, capacity, len_out)
     })
 }
 

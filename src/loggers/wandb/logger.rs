@@ -38,6 +38,8 @@ pub struct WandbLogger {
 
 /// A started run.
 struct OpenRun {
+    /// The run's id, every record's `stream_id`.
+    id: String,
     dir: PathBuf,
     log: TransactionLog,
     /// The last record's number.
@@ -45,7 +47,7 @@ struct OpenRun {
     /// The next history row's `_step`.
     step: i64,
     start: Instant,
-    /// The exit code the run ends with (1 once a run failed).
+    /// The exit code the run ends with (the last finalize's, or finish's).
     exit_code: i32,
     /// Whether the exit record is written.
     finished: bool,
@@ -81,7 +83,6 @@ impl WandbLogger {
     /// The run's display name (Lightning's `name`).
     pub fn set_name(&mut self, name: &str) -> Result<()> {
         self.check_unopened("the name")?;
-        check_text("name", name)?;
         self.info.display_name = name.to_string();
         Ok(())
     }
@@ -103,7 +104,6 @@ impl WandbLogger {
     /// or "notes".
     pub fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
         self.check_unopened(key)?;
-        check_text(key, value)?;
         let field = match key {
             "entity" => &mut self.info.entity,
             "group" => &mut self.info.group,
@@ -123,7 +123,6 @@ impl WandbLogger {
     /// is kept once.
     pub fn add_tag(&mut self, tag: &str) -> Result<()> {
         self.check_unopened("a tag")?;
-        check_text("tag", tag)?;
         if tag.is_empty() {
             return Err(Error::invalid("a tag is empty"));
         }
@@ -182,12 +181,13 @@ impl WandbLogger {
         Ok(self.run.as_mut().expect("opened above"))
     }
 
-    /// The started run and its id, for writing (a finished run refuses).
-    fn started(&mut self) -> Result<(&mut OpenRun, &str)> {
-        if self.open()?.finished {
-            return Err(Error::state(format!("the W&B run {} is finished; make a new logger", self.info.run_id)));
+    /// The started run, for writing (a finished run refuses).
+    fn started(&mut self) -> Result<&mut OpenRun> {
+        let run = self.open()?;
+        if run.finished {
+            return Err(Error::state(format!("the W&B run {} is finished; make a new logger", run.id)));
         }
-        Ok((self.run.as_mut().expect("opened"), &self.info.run_id))
+        Ok(run)
     }
 
     /// The run's id (Lightning's `version`), starting the run if the
@@ -213,14 +213,14 @@ impl WandbLogger {
         }
         items.retain(|(k, _)| k != GLOBAL_STEP && !RESERVED.contains(&k.as_str()));
         items.push((GLOBAL_STEP.into(), step.to_string()));
-        let (run, id) = self.started()?;
+        let run = self.started()?;
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
         items.push(("_step".into(), run.step.to_string()));
         items.push(("_runtime".into(), json_float(run.start.elapsed().as_secs_f64())));
         items.push(("_timestamp".into(), json_float(wall)));
         let step_num = run.step;
-        run.write(id, Body::Summary(items.clone()))?;
-        run.write(id, Body::History { items, step: step_num })?;
+        run.write(Body::Summary(items.clone()))?;
+        run.write(Body::History { items, step: step_num })?;
         run.step += 1;
         Ok(())
     }
@@ -229,8 +229,7 @@ impl WandbLogger {
     /// `log_hyperparams`: `config.update(params)`).
     pub fn log_config(&mut self, params: &BTreeMap<String, String>) -> Result<()> {
         let items: Vec<Item> = params.iter().map(|(k, v)| (k.clone(), json_value(v))).collect();
-        let (run, id) = self.started()?;
-        run.write(id, Body::Config(items))
+        self.started()?.write(Body::Config(items))
     }
 
     /// Ends the run now (`wandb.finish(exit_code)`): the exit record is
@@ -241,9 +240,9 @@ impl WandbLogger {
         if self.run.as_ref().is_some_and(|r| r.finished) {
             return Ok(());
         }
-        let (run, id) = self.started()?;
+        let run = self.started()?;
         run.exit_code = exit_code;
-        run.end(id)
+        run.end()
     }
 }
 
@@ -253,15 +252,22 @@ fn start_run(dir: &Path, info: &RunInfo) -> Result<OpenRun> {
     let files = dir.join("files");
     std::fs::create_dir(&files).map_err(|e| Error::io(format!("creating {}: {e}", files.display())))?;
     let log = TransactionLog::create(&dir.join(format!("run-{}.wandb", info.run_id)))?;
-    let mut run =
-        OpenRun { dir: dir.to_path_buf(), log, num: 0, step: 0, start: Instant::now(), exit_code: 0, finished: false };
-    let id = &info.run_id;
-    run.write(id, Body::Header { producer: PRODUCER.into(), min_consumer: MIN_CONSUMER.into() })?;
-    run.write(id, Body::Run(info.clone()))?;
-    run.write(id, Body::Metric(MetricDef { name: GLOBAL_STEP.into(), ..MetricDef::default() }))?;
+    let mut run = OpenRun {
+        id: info.run_id.clone(),
+        dir: dir.to_path_buf(),
+        log,
+        num: 0,
+        step: 0,
+        start: Instant::now(),
+        exit_code: 0,
+        finished: false,
+    };
+    run.write(Body::Header { producer: PRODUCER.into(), min_consumer: MIN_CONSUMER.into() })?;
+    run.write(Body::Run(info.clone()))?;
+    run.write(Body::Metric(MetricDef { name: GLOBAL_STEP.into(), ..MetricDef::default() }))?;
     let every =
         MetricDef { glob_name: "*".into(), step_metric: GLOBAL_STEP.into(), step_sync: true, ..MetricDef::default() };
-    run.write(id, Body::Metric(every))?;
+    run.write(Body::Metric(every))?;
     run.log.flush(false)?;
     Ok(run)
 }
@@ -275,34 +281,26 @@ fn point_latest_run(root: &Path, dir: &Path) {
     if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
         return;
     }
-    let Some(target) = dir.file_name() else { return };
-    // Made under a name of this process's own, then renamed over the old
-    // link: a reader never sees no link, two writers never collide.
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = root.join(format!(".latest-run.{}.{n}", std::process::id()));
-    if std::os::unix::fs::symlink(target, &tmp).is_ok() && std::fs::rename(&tmp, &link).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let _ = crate::fs_safe::replace_with_link(dir, &link);
 }
 
 impl OpenRun {
     /// Appends the next record.
-    fn write(&mut self, run_id: &str, body: Body) -> Result<()> {
+    fn write(&mut self, body: Body) -> Result<()> {
         self.num += 1;
-        let record = Record { num: self.num, body, stream_id: run_id.to_string() };
+        let record = Record { num: self.num, body, stream_id: self.id.clone() };
         use crate::loggers::tensorboard::proto::Message;
         self.log.append(&record.encode())
     }
 
     /// Writes the exit record once and makes the file durable.
-    fn end(&mut self, run_id: &str) -> Result<()> {
+    fn end(&mut self) -> Result<()> {
         if self.finished {
             return Ok(());
         }
         self.finished = true;
         let runtime = self.start.elapsed().as_secs().min(i32::MAX as u64) as i32;
-        self.write(run_id, Body::Exit { code: self.exit_code, runtime })?;
+        self.write(Body::Exit { code: self.exit_code, runtime })?;
         self.log.flush(true)
     }
 }
@@ -311,19 +309,10 @@ impl Drop for WandbLogger {
     /// The run ends with the logger, as wandb ends a run when its process
     /// exits: code 1 if the last finalize was "failed" or "killed", else 0.
     fn drop(&mut self) {
-        let id = self.info.run_id.clone();
         if let Some(run) = self.run.as_mut() {
-            let _ = run.end(&id);
+            let _ = run.end();
         }
     }
-}
-
-/// Refuses text holding a NUL.
-fn check_text(what: &str, text: &str) -> Result<()> {
-    if text.contains('\0') {
-        return Err(Error::invalid(format!("{what} {text:?} holds a NUL")));
-    }
-    Ok(())
 }
 
 /// A float as Python's `json.dumps` writes it: `repr`, with `NaN`,

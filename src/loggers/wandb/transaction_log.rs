@@ -51,11 +51,8 @@ pub struct TransactionLog {
 impl TransactionLog {
     /// Creates `path` (which must not exist) and writes the file header.
     pub fn create(path: &Path) -> Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| Error::io(format!("creating {}: {e}", path.display())))?;
+        let file =
+            crate::fs_safe::create_new(path).map_err(|e| Error::io(format!("creating {}: {e}", path.display())))?;
         let mut log = TransactionLog { path: path.to_path_buf(), out: BufWriter::new(file), offset: 0, broken: false };
         let mut header = Vec::with_capacity(HEADER);
         header.extend_from_slice(IDENT);
