@@ -13,10 +13,10 @@ ELNINO := $(DEPS)/data/elnino.csv
 # Fair's affairs survey (statsmodels), for examples/c/finetune.c.
 FAIR := $(DEPS)/data/fair.csv
 # Python with torch 2.13.0 (CPU), Lightning and safetensors, timm and
-# transformers, wandb: interop tests, benchmarks. The stamp is the last layer's
+# transformers, wandb, comet_ml: interop tests, benchmarks. The stamp is the last layer's
 # that scripts/setup-venv.sh writes, so an older venv gets the layers it lacks.
 VENV := $(DEPS)/venv
-VENV_STAMP := $(VENV)/.fulmen-venv-wandb-ready
+VENV_STAMP := $(VENV)/.fulmen-venv-comet-ready
 # MLflow's tracking server and client (tests/interop/mlflow_logger.py), in
 # a venv of their own.
 MLFLOW_VENV := $(DEPS)/mlflow-venv
@@ -162,10 +162,12 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 # together (--output-sync); `make interop-<name>` runs one after
 # `make test-interop` built what it needs.
 INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
-  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger flops_parity wandb_logger
+  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger flops_parity wandb_logger \
+  comet_logger
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
   fsdp2-parity fsdp2-mixed fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
-  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads flops-parity wandb-logger
+  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads flops-parity wandb-logger \
+  comet-logger
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
 test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
@@ -253,6 +255,9 @@ interop-torch-save:
 interop-wandb-logger:
 	@rm -rf $(W)/wandb-logger
 	$(PY) tests/interop/wandb_logger.py --binary $(W)/wandb_logger --work $(W)/wandb-logger
+interop-comet-logger:
+	@rm -rf $(W)/comet-logger
+	$(PY) tests/interop/comet_logger.py --binary $(W)/comet_logger --work $(W)/comet-logger
 interop-mlflow-logger:
 	@rm -rf $(W)/mlflow-logger
 	$(MLFLOW_VENV)/bin/python tests/interop/mlflow_logger.py --binary $(W)/mlflow_logger --mlflow-venv $(MLFLOW_VENV) \

@@ -16,8 +16,12 @@
 # W&B logger's check (tests/interop/wandb_logger.py) runs Lightning's
 # WandbLogger offline and reads both sides' `.wandb` files with W&B's own
 # reader, `wandb leet inspect`.
-# A complete venv whose model and W&B layers are the current lists is left
-# untouched (the last stamp, .fulmen-venv-wandb-ready, is touched for make).
+# A fourth layer adds comet_ml 3.58 likewise: the Comet logger's check
+# (tests/interop/comet_logger.py) runs Lightning's CometLogger offline and
+# reads both sides' archives with comet_ml's own upload code.
+# A complete venv whose model, W&B and Comet layers are the current lists is
+# left untouched (the last stamp, .fulmen-venv-comet-ready, is touched for
+# make).
 set -euo pipefail
 dest=${1:-.deps/venv}
 stamp="$dest/.fulmen-venv-ready"
@@ -39,7 +43,7 @@ wheels=${FULMEN_WHEELS:-$(dirname "$dest")/wheels}
 models=(timm==1.0.31 transformers==5.23.0 torchvision==0.28.0 pillow==13.0.0 huggingface-hub==2.4.0
   httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5 regex==2026.11.15
   tokenizers==0.23.3 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1 tabulate==0.9.0)
-# Holds the W&B layer's list; the Makefile's VENV_STAMP.
+# Holds the W&B layer's list.
 wandb_stamp="$dest/.fulmen-venv-wandb-ready"
 wandb_layer_list=(wandb==0.31.0 annotated-types==0.8.0 anyio==4.16.0 certifi==2026.10.19.post1
   charset-normalizer==3.5.3 click==8.5.1 cwevals==0.0.1b1 distro==1.9.0 googleapis-common-protos==1.76.0
@@ -48,10 +52,18 @@ wandb_layer_list=(wandb==0.31.0 annotated-types==0.8.0 anyio==4.16.0 certifi==20
   opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-sdk==1.45.2
   opentelemetry-semantic-conventions==0.66b2 platformdirs==4.14.9 pydantic==2.14.4 pydantic-core==2.50.5
   requests==2.34.2 sniffio==1.3.1 typing-inspection==0.4.5 urllib3==2.8.0 xxhash==4.1.0)
+# Holds the Comet layer's list; the Makefile's VENV_STAMP.
+comet_stamp="$dest/.fulmen-venv-comet-ready"
+comet_layer_list=(comet-ml==3.58.8 attrs==26.1.0 configobj==5.0.9 dulwich==1.2.21 everett==3.1.0
+  jsonschema==4.26.0 jsonschema-specifications==2025.9.1 markdown-it-py==4.3.0 mdurl==0.1.2 psutil==7.2.2
+  pygments==2.21.0 python-box==6.1.0 referencing==0.37.0 requests-toolbelt==1.0.0 rich==15.0.0
+  rpds-py==2026.9.1 semantic-version==2.10.0 sentry-sdk==2.76.0 simplejson==4.3.0 wrapt==2.5.2
+  wurlitzer==3.1.1)
 pip=("$dest/bin/python" -m pip --disable-pip-version-check --quiet)
 if [ -f "$stamp" ] && [ "$(cat "$models_stamp" 2>/dev/null)" = "${models[*]}" ] \
-  && [ "$(cat "$wandb_stamp" 2>/dev/null)" = "${wandb_layer_list[*]}" ]; then
-  touch "$wandb_stamp"
+  && [ "$(cat "$wandb_stamp" 2>/dev/null)" = "${wandb_layer_list[*]}" ] \
+  && [ "$(cat "$comet_stamp" 2>/dev/null)" = "${comet_layer_list[*]}" ]; then
+  touch "$comet_stamp"
   exit 0
 fi
 
@@ -127,11 +139,29 @@ PY
   printf '%s\n' "${wandb_layer_list[*]}" > "$wandb_stamp"
 }
 
+# comet_ml and what it imports, into the venv; $comet_stamp (holding the
+# list) once Lightning's CometLogger and comet_ml's upload code import.
+comet_layer() {
+  echo "adding comet_ml to the Python venv in $dest" >&2
+  rm -f "$comet_stamp"
+  "${pip[@]}" install --no-deps --only-binary=:all: "${comet_layer_list[@]}"
+  COMET_DISABLE_AUTO_LOGGING=1 "$dest/bin/python" - <<'PY'
+import comet_ml
+from comet_ml.offline import OfflineSender
+from lightning.pytorch.loggers import CometLogger
+print("comet_ml", comet_ml.__version__)
+PY
+  printf '%s\n' "${comet_layer_list[*]}" > "$comet_stamp"
+}
+
 if [ ! -f "$stamp" ]; then
   base_layer
 fi
 if [ "$(cat "$models_stamp" 2>/dev/null)" != "${models[*]}" ]; then
   models_layer
 fi
-wandb_layer
+if [ "$(cat "$wandb_stamp" 2>/dev/null)" != "${wandb_layer_list[*]}" ]; then
+  wandb_layer
+fi
+comet_layer
 echo "Python venv ready in $dest" >&2

@@ -353,3 +353,57 @@ func TestWandbLoggerWritesAnOfflineRun(t *testing.T) {
 	defer tr.Close()
 	ok(t, tr.AddWandbLogger(l))
 }
+
+// The Comet logger: settings, the working folder and the archive,
+// wrong-kind calls, end (comet_ml's upload code reads these archives in
+// tests/interop/comet_logger.py).
+func TestCometLoggerWritesAnOfflineArchive(t *testing.T) {
+	noLeaks(t)
+	save := t.TempDir()
+	l := must(fulmen.NewCometLogger(save, "proj"))
+	defer l.Close()
+	if err := l.SetExperimentKey("short"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("a short key: %v", err)
+	}
+	if err := l.SetMode("append"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("an unknown mode: %v", err)
+	}
+	key := "go0123456789abcdef0123456789abcd"
+	ok(t, l.SetExperimentKey(key))
+	ok(t, l.SetMode("create"))
+	ok(t, l.SetName("go run"))
+	ok(t, l.SetWorkspace("w"))
+	ok(t, l.AddTag("t"))
+	ok(t, l.SetPrefix("p"))
+	if err := l.SetVersion(3); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("a file setting: %v", err)
+	}
+	ok(t, l.LogHyperparams(map[string]string{"lr": "0.1"}))
+	ok(t, l.LogMetrics(map[string]float64{"loss": 0.5}, 0))
+	if err := l.SetName("late"); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("a setting after the start: %v", err)
+	}
+	if k, err := l.ExperimentKey(); err != nil || k != key {
+		t.Fatalf("experiment key %q: %v", k, err)
+	}
+	archive := must(l.ArchivePath())
+	if archive != filepath.Join(save, key+".zip") {
+		t.Fatalf("archive %s", archive)
+	}
+	if _, err := os.Stat(filepath.Join(save, key+".partial", "messages.json")); err != nil {
+		t.Fatalf("the working folder's messages: %v", err)
+	}
+	ok(t, l.Finalize("success"))
+	ok(t, l.End())
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatalf("the archive: %v", err)
+	}
+	if err := l.LogMetrics(map[string]float64{"loss": 0.25}, 1); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("logging after end: %v", err)
+	}
+	o := must(fulmen.NewTrainerOptions())
+	defer o.Close()
+	tr := must(fulmen.NewTrainer(o))
+	defer tr.Close()
+	ok(t, tr.AddCometLogger(l))
+}

@@ -235,7 +235,7 @@ pub struct ZipWriter<W: Write> {
 
 impl<W: Write> ZipWriter<W> {
     /// An archive written to `out`, whose records go under the folder
-    /// `prefix`.
+    /// `prefix` ("" for none: records at the archive's top).
     pub fn new(out: W, prefix: &str) -> Self {
         ZipWriter { out, pos: 0, entries: Vec::new(), prefix: prefix.to_owned(), zip64_at: ZIP64_AT }
     }
@@ -248,12 +248,34 @@ impl<W: Write> ZipWriter<W> {
 
     /// Appends record `name` (under the prefix) holding `data`.
     pub fn add(&mut self, name: &str, data: &[u8]) -> Result<()> {
-        let name = format!("{}/{name}", self.prefix);
+        self.header(name, data.len() as u64, crc32fast::hash(data))?;
+        self.put(data)
+    }
+
+    /// Appends record `name` holding the `size` bytes `data` gives, whose
+    /// CRC-32 is `crc`, copied as they are read (nothing held whole in
+    /// memory); fewer or more bytes than `size` is an error.
+    pub fn add_from(&mut self, name: &str, size: u64, crc: u32, data: &mut impl std::io::Read) -> Result<()> {
+        self.header(name, size, crc)?;
+        let mut limited = std::io::Read::take(&mut *data, size);
+        let copied = std::io::copy(&mut limited, &mut self.out)
+            .map_err(|e| Error::io(format!("writing the archive's {name}: {e}")))?;
+        self.pos += copied;
+        let mut more = [0u8; 1];
+        let longer = data.read(&mut more).map_err(|e| Error::io(format!("reading {name}: {e}")))? > 0;
+        if copied != size || longer {
+            return Err(Error::io(format!("{name} changed while it was archived (expected {size} bytes)")));
+        }
+        Ok(())
+    }
+
+    /// Writes the local header of record `name` of `size` bytes with
+    /// CRC-32 `crc`, and notes the record for the directory.
+    fn header(&mut self, name: &str, size: u64, crc: u32) -> Result<()> {
+        let name = if self.prefix.is_empty() { name.to_owned() } else { format!("{}/{name}", self.prefix) };
         if name.len() > usize::from(u16::MAX) {
             return Err(Error::invalid(format!("a record name of {} bytes", name.len())));
         }
-        let crc = crc32fast::hash(data);
-        let size = data.len() as u64;
         let offset = self.pos;
         // A large record's local header carries both sizes in a zip64 field.
         let mut zip64 = Vec::new();
@@ -285,7 +307,6 @@ impl<W: Write> ZipWriter<W> {
         local.extend_from_slice(&(pad as u16).to_le_bytes());
         local.resize(local.len() + pad as usize, b'Z');
         self.put(&local)?;
-        self.put(data)?;
         self.entries.push(Entry { name, crc, size, offset });
         Ok(())
     }
@@ -367,6 +388,25 @@ impl<W: Write> ZipWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_copied_from_a_reader_reads_back() {
+        let data = vec![3u8; 5000];
+        let mut w = ZipWriter::new(Vec::new(), "archive");
+        w.add_from("big", data.len() as u64, crc32fast::hash(&data), &mut &data[..]).unwrap();
+        let bytes = w.finish().unwrap();
+        assert_eq!(ZipReader::new(&bytes, "test").unwrap().record("big").unwrap(), &data[..]);
+        // A reader giving fewer or more bytes than announced is an error.
+        let mut w = ZipWriter::new(Vec::new(), "");
+        assert!(w.add_from("short", 6000, 0, &mut &data[..]).is_err());
+        let mut w = ZipWriter::new(Vec::new(), "");
+        assert!(w.add_from("long", 4000, 0, &mut &data[..]).is_err());
+        // Without a prefix the record sits at the archive's top.
+        let mut w = ZipWriter::new(Vec::new(), "");
+        w.add("top.json", b"{}").unwrap();
+        let bytes = w.finish().unwrap();
+        assert_eq!(&bytes[30..38], b"top.json");
+    }
 
     #[test]
     fn round_trip_aligned_and_checked() {

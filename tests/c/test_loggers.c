@@ -480,6 +480,59 @@ static void test_wandb(fulmen_loader *tl) {
     fulmen_model_free(f.model);
 }
 
+static void test_comet(fulmen_loader *tl) {
+    fixture f = {.model = mlp(), .fail_at_step = -1};
+    fulmen_lightning_module *m = module_for(&f);
+    char save[400], dir[512], key[64], path[700];
+    size_t len = 0, key_len = 0;
+    const char *k = "0123456789abcdef0123456789abcdef";
+    snprintf(save, sizeof save, "%s/comet-save", root);
+    fulmen_logger *cl = NULL;
+    CHECK_ERR(fulmen_logger_comet_new(save, "p", NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
+    CHECK_ERR(fulmen_logger_comet_new(save, "a/b", &cl), FULMEN_CODE_INVALID_ARGUMENT, "project");
+    CHECK_OK(fulmen_logger_comet_new(save, "proj", &cl));
+    CHECK_ERR(fulmen_logger_comet_set_experiment_key(cl, "short"), FULMEN_CODE_INVALID_ARGUMENT, "32 to 50");
+    CHECK_ERR(fulmen_logger_comet_set_mode(cl, "append"), FULMEN_CODE_INVALID_ARGUMENT, "get_or_create");
+    CHECK_ERR(fulmen_logger_comet_add_tag(cl, ""), FULMEN_CODE_INVALID_ARGUMENT, "empty");
+    CHECK_ERR(fulmen_logger_set_version(cl, 1), FULMEN_CODE_INVALID_ARGUMENT, "Comet logger");
+    CHECK_ERR(fulmen_logger_wandb_set_name(cl, "x"), FULMEN_CODE_INVALID_ARGUMENT, "Comet logger");
+    CHECK_OK(fulmen_logger_comet_set_experiment_key(cl, k));
+    CHECK_OK(fulmen_logger_comet_set_mode(cl, "create"));
+    CHECK_OK(fulmen_logger_comet_set_name(cl, "c test"));
+    CHECK_OK(fulmen_logger_comet_set_workspace(cl, "team"));
+    CHECK_OK(fulmen_logger_comet_add_tag(cl, "c"));
+    static const char *const ckpt[] = {"enable_checkpointing", "true", NULL};
+    fulmen_trainer *t = trainer_with(1, "false", ckpt);
+    CHECK_OK(fulmen_trainer_add_file_logger(t, cl));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
+    CHECK_ERR(fulmen_logger_comet_set_name(cl, "late"), FULMEN_CODE_INVALID_STATE, "started");
+    CHECK_OK(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));
+    CHECK(strcmp(dir, save) == 0);
+    CHECK_OK(fulmen_logger_comet_experiment_key(cl, key, sizeof key, &key_len));
+    CHECK(strcmp(key, k) == 0);
+    CHECK_ERR(fulmen_logger_comet_experiment_key(cl, key, 3, &key_len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    snprintf(path, sizeof path, "%s/%s.partial/messages.json", save, k);
+    CHECK(exists(path));
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, path, sizeof path, &len));
+    char want[600];
+    snprintf(want, sizeof want, "%s/proj/%s/checkpoints/", save, k);
+    CHECK(strncmp(path, want, strlen(want)) == 0);
+    CHECK_OK(fulmen_logger_comet_end(cl));
+    CHECK_OK(fulmen_logger_comet_end(cl));
+    CHECK_OK(fulmen_logger_comet_archive_path(cl, path, sizeof path, &len));
+    snprintf(want, sizeof want, "%s/%s.zip", save, k);
+    CHECK(strcmp(path, want) == 0 && exists(path));
+    snprintf(path, sizeof path, "%s/%s.partial", save, k);
+    CHECK(!exists(path));
+    double v = 1.0;
+    const char *name = "x";
+    CHECK_ERR(fulmen_logger_log_metrics(cl, &name, &v, 1, 0), FULMEN_CODE_INVALID_STATE, "ended");
+    fulmen_logger_free(cl);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/fulmen-test-loggers-XXXXXX");
     if (mkdtemp(root) == NULL) return 2;
@@ -488,6 +541,7 @@ int main(void) {
     test_csv_and_host(tl, vl);
     test_logger_choice(tl);
     test_wandb(tl);
+    test_comet(tl);
     fulmen_loader_free(tl);
     fulmen_loader_free(vl);
     fulmen_dataset_free(train);

@@ -1,11 +1,13 @@
 /* A small fit shared by the interop programs that log (logger_parity.c,
- * mlflow_logger.c): an MLP 2-8-2 with tanh on 32 two-blob points in
- * batches of 8, cross-entropy logged as train_loss (step and epoch) and
- * val_loss, SGD with lr 0.1. Include after defining TRY(call), which
- * reports a failed call and exits. */
+ * mlflow_logger.c, wandb_logger.c, comet_logger.c): an MLP 2-8-2 with tanh
+ * on 32 two-blob points in batches of 8, cross-entropy logged as train_loss
+ * (step and epoch) and val_loss, SGD with lr 0.1 (its Lightning twin:
+ * blob_lightning.py). Include after defining TRY(call), which reports a
+ * failed call and exits. */
 #pragma once
 #include <fulmen.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 typedef struct {
@@ -76,6 +78,22 @@ static fulmen_lightning_module *blob_module(job *j, fulmen_error *(*on_hook)(voi
     fulmen_lightning_module *m = NULL;
     TRY(fulmen_lightning_module_new(&vt, j->model, &m));
     return m;
+}
+
+/* The options of the loggers' fit writing under `root`: 2 epochs, every
+ * step logged, seed 3, no progress bar, summary or default logger. The
+ * caller frees them. */
+static fulmen_trainer_options *blob_fit_options(const char *root) {
+    fulmen_trainer_options *o = NULL;
+    TRY(fulmen_trainer_options_new(&o));
+    TRY(fulmen_trainer_options_set(o, "default_root_dir", root));
+    TRY(fulmen_trainer_options_set_int(o, "max_epochs", 2));
+    TRY(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1));
+    TRY(fulmen_trainer_options_set_int(o, "seed", 3));
+    TRY(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
+    TRY(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
+    TRY(fulmen_trainer_options_set(o, "logger", "false"));
+    return o;
 }
 
 /* The 32 points in batches of 8, in order. */

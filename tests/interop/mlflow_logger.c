@@ -62,15 +62,7 @@ static int fit(void) {
     TRY(fulmen_lightning_module_set_hparam(m, "lr", "0.1"));
     TRY(fulmen_lightning_module_set_hparam(m, "hidden", "8"));
 
-    fulmen_trainer_options *o = NULL;
-    TRY(fulmen_trainer_options_new(&o));
-    TRY(fulmen_trainer_options_set(o, "default_root_dir", out_dir));
-    TRY(fulmen_trainer_options_set_int(o, "max_epochs", 2));
-    TRY(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1));
-    TRY(fulmen_trainer_options_set_int(o, "seed", 3));
-    TRY(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
-    TRY(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
-    TRY(fulmen_trainer_options_set(o, "logger", "false"));
+    fulmen_trainer_options *o = blob_fit_options(out_dir);
     /* Saves on a background thread: each upload must wait for its file. */
     TRY(fulmen_trainer_options_set_bool(o, "async_checkpoint_io", true));
     fulmen_trainer *t = NULL;

@@ -30,15 +30,13 @@ runs with), reads them back as JSON, and:
 import argparse
 import csv
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 
-import torch
-import torch.nn.functional as F
+from blob_lightning import blob_fit
 
 CHECKS = []
 
@@ -125,42 +123,13 @@ def rows_match_csv(rows, csv_file_rows, side):
 def lightning_fit(work, env):
     """The binary's fit in Lightning, with WandbLogger offline and a CSVLogger."""
     os.environ.update({k: v for k, v in env.items() if k.startswith(("WANDB_", "XDG_"))})
-    import lightning as L
     import wandb
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
-    from torch.utils.data import DataLoader, TensorDataset
 
-    class Blob(L.LightningModule):
-        def __init__(self, lr=0.1, hidden=8):
-            super().__init__()
-            self.save_hyperparameters()
-            self.net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-
-        def training_step(self, batch, _):
-            x, y = batch
-            loss = F.cross_entropy(self.net(x), y)
-            self.log("train_loss", loss, on_step=True, on_epoch=True)
-            return loss
-
-        def validation_step(self, batch, _):
-            x, y = batch
-            self.log("val_loss", F.cross_entropy(self.net(x), y))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    y = torch.tensor([i % 2 for i in range(32)], dtype=torch.int64)
-    x = torch.tensor([[(1.5 if i % 2 else -1.5) + math.sin(i * 1.7), (1.5 if i % 2 else -1.5) + math.cos(i * 2.3)]
-                      for i in range(32)], dtype=torch.float32)
-    loader = DataLoader(TensorDataset(x, y), batch_size=8)
-    torch.set_num_threads(1)
-    L.seed_everything(3, verbose=False)
     save = os.path.join(work, "lightning")
     wb = WandbLogger(save_dir=save, project="fulmen-fit", name="fit-run", group="blobs", job_type="train",
                      tags=["mlp"], offline=True)
-    trainer = L.Trainer(default_root_dir=save, max_epochs=2, log_every_n_steps=1, enable_progress_bar=False,
-                        enable_model_summary=False, logger=[wb, CSVLogger(save, flush_logs_every_n_steps=1)])
-    trainer.fit(Blob(), loader, loader)
+    trainer = blob_fit(save, [wb, CSVLogger(save, flush_logs_every_n_steps=1)])
     run_dir = wb.experiment.dir
     csv_dir = trainer.loggers[1].log_dir
     ckpt = trainer.checkpoint_callback.best_model_path

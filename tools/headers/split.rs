@@ -62,7 +62,7 @@ pub const AREAS: &[Area] = &[
     },
     Area {
         name: "loggers",
-        title: "Loggers: CSV, TensorBoard and MLflow loggers (handles), host loggers, media from hooks.",
+        title: "Loggers: CSV, TensorBoard, MLflow, W&B and Comet loggers (handles), host loggers, media from hooks.",
     },
 ];
 

@@ -200,6 +200,36 @@ TEST_F(LoggerTest, MlflowLoggerSettingsAndErrors) {
               FULMEN_CODE_INVALID_ARGUMENT);
 }
 
+// The Comet logger: settings, the working folder and the archive,
+// wrong-kind calls, end (comet_ml's upload code reads these archives in
+// tests/interop/comet_logger.py).
+TEST_F(LoggerTest, CometLoggerWritesAnOfflineArchive) {
+    using fulmen::CometLogger;
+    const std::string save = fulmen_test::fresh_dir("comet-logger");
+    EXPECT_EQ(fulmen_test::error_code([&] { CometLogger(save, "p").experiment_key("short"); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(fulmen_test::error_code([&] { CometLogger(save, "p").mode("append"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    const std::string key = "cpp0123456789abcdef0123456789abc";
+    CometLogger l = CometLogger(save, "proj").name("cpp run").experiment_key(key).mode("create").workspace("w").tag("t");
+    l.prefix("p");
+    EXPECT_EQ(fulmen_test::error_code([&] { l.version(3); }), FULMEN_CODE_INVALID_ARGUMENT);
+    l.log_hyperparams({{"lr", "0.1"}});
+    l.log_metrics({{"loss", 0.5}}, 0);
+    EXPECT_EQ(fulmen_test::error_code([&] { l.name("late"); }), FULMEN_CODE_INVALID_STATE);
+    EXPECT_EQ(l.key(), key);
+    const std::filesystem::path archive = l.archive_path();
+    EXPECT_EQ(archive, std::filesystem::path(save) / (key + ".zip"));
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(save) / (key + ".partial") / "messages.json"));
+    l.finalize();
+    l.end();
+    EXPECT_TRUE(std::filesystem::is_regular_file(archive));
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(save) / (key + ".partial")));
+    EXPECT_EQ(fulmen_test::error_code([&] { l.log_metrics({{"loss", 0.25}}, 1); }), FULMEN_CODE_INVALID_STATE);
+    fulmen::FileLogger csv = fulmen::FileLogger::csv(fulmen_test::fresh_dir("comet-csv"));
+    EXPECT_EQ(fulmen_test::error_code([&] { fulmen::check(fulmen_logger_comet_set_name(csv.get(), "x")); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
+}
+
 // The W&B logger: settings, the run folder and file, wrong-kind calls,
 // finish (W&B's own reader reads these files in tests/interop/wandb_logger.py).
 TEST_F(LoggerTest, WandbLoggerWritesAnOfflineRun) {

@@ -1,6 +1,6 @@
 //! `fulmen_logger`: Lightning's `CSVLogger`, `TensorBoardLogger`,
-//! `MLFlowLogger` (made in `mlflow.rs`) and `WandbLogger` (in `wandb.rs`)
-//! as handles, for a host loop
+//! `MLFlowLogger` (made in `mlflow.rs`), `WandbLogger` (in `wandb.rs`) and
+//! `CometLogger` (in `comet.rs`) as handles, for a host loop
 //! without a trainer and as loggers added to a trainer
 //! (`fulmen_trainer_add_file_logger`).
 use crate::error::{Error, Result};
@@ -11,24 +11,27 @@ use crate::ffi::nn::model::copy_str;
 use crate::ffi::tensor::handle::{fulmen_tensor, slice_arg};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use crate::loggers::{
-    FileLogger, FileLoggerKind, Logger, MlflowLogger, SharedFileLogger, SharedMlflowLogger, SharedWandbLogger, Version,
-    WandbLogger,
+    CometLogger, FileLogger, FileLoggerKind, Logger, MlflowLogger, SharedCometLogger, SharedFileLogger,
+    SharedMlflowLogger, SharedWandbLogger, Version, WandbLogger,
 };
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 
-/// A CSV, TensorBoard, MLflow or W&B logger (Lightning's `CSVLogger` /
-/// `TensorBoardLogger` / `MLFlowLogger` / `WandbLogger`). A file logger's
+/// A CSV, TensorBoard, MLflow, W&B or Comet logger (Lightning's
+/// `CSVLogger` / `TensorBoardLogger` / `MLFlowLogger` / `WandbLogger` /
+/// `CometLogger`). A file logger's
 /// folder, `save_dir/name/version_N`, is made on first use (the version
 /// resolved then, as Lightning's next free number); an MLflow logger
 /// reaches its server on first use; a W&B logger starts its offline run
-/// folder on first use. The `fulmen_logger_set_*` settings apply before
+/// folder on first use, a Comet logger its offline experiment's working
+/// folder. The `fulmen_logger_set_*` settings apply before
 /// that. Calls on one handle run one at a time (another call meanwhile
 /// fails with FULMEN_CODE_INVALID_STATE), from any thread. Free with
 /// `fulmen_logger_free`; a trainer it was added to keeps logging to it.
 /// A call or setting of the file loggers (name, version, log_dir,
-/// media...) on an MLflow or W&B logger, and
-/// `fulmen_logger_mlflow_*` / `fulmen_logger_wandb_*` on another kind,
+/// media...) on an MLflow, W&B or Comet logger, and
+/// `fulmen_logger_mlflow_*` / `fulmen_logger_wandb_*` /
+/// `fulmen_logger_comet_*` on another kind,
 /// fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
 /// use (any logging call, `fulmen_logger_mlflow_run_id`) may also fail with
 /// FULMEN_CODE_INVALID_ARGUMENT (no tracking URI given or in
@@ -36,7 +39,8 @@ use std::ffi::c_char;
 /// FULMEN_CODE_INVALID_STATE (the experiment is deleted). A W&B logger's
 /// first use may fail with FULMEN_CODE_IO (its run folder or file cannot
 /// be made), and its logging calls once its run is finished
-/// (`fulmen_logger_wandb_finish`) with FULMEN_CODE_INVALID_STATE.
+/// (`fulmen_logger_wandb_finish`) with FULMEN_CODE_INVALID_STATE; a
+/// Comet logger's likewise (its folder; after `fulmen_logger_comet_end`).
 pub struct fulmen_logger {
     pub(crate) inner: LoggerKind,
 }
@@ -50,6 +54,8 @@ pub(crate) enum LoggerKind {
     Mlflow(SharedMlflowLogger),
     /// A W&B offline run.
     Wandb(SharedWandbLogger),
+    /// A Comet offline experiment.
+    Comet(SharedCometLogger),
 }
 
 impl LoggerKind {
@@ -60,6 +66,7 @@ impl LoggerKind {
             LoggerKind::File(_) => "a TensorBoard",
             LoggerKind::Mlflow(_) => "an MLflow",
             LoggerKind::Wandb(_) => "a W&B",
+            LoggerKind::Comet(_) => "a Comet",
         }
     }
 }
@@ -122,6 +129,22 @@ pub(crate) unsafe fn with_wandb<T>(
     }
 }
 
+/// Runs `f` on the Comet logger behind `logger`; another kind is
+/// `InvalidArgument`.
+pub(crate) unsafe fn with_comet<T>(
+    logger: *mut fulmen_logger,
+    f: impl FnOnce(&mut CometLogger) -> Result<T>,
+) -> Result<T> {
+    let l = handle::borrow_mut(logger, "logger")?;
+    match &l.inner {
+        LoggerKind::Comet(shared) => f(&mut shared.lock()),
+        other => Err(Error::invalid(format!(
+            "this is a setting or call of the Comet logger; the logger is {} logger",
+            other.kind_name()
+        ))),
+    }
+}
+
 /// Runs `f` on whichever logger is behind `logger`.
 unsafe fn with_any<T>(logger: *mut fulmen_logger, f: impl FnOnce(Either<'_>) -> Result<T>) -> Result<T> {
     let l = handle::borrow_mut(logger, "logger")?;
@@ -129,6 +152,7 @@ unsafe fn with_any<T>(logger: *mut fulmen_logger, f: impl FnOnce(Either<'_>) -> 
         LoggerKind::File(shared) => f(Either::File(&mut shared.lock())),
         LoggerKind::Mlflow(shared) => f(Either::Mlflow(&mut shared.lock())),
         LoggerKind::Wandb(shared) => f(Either::Wandb(&mut shared.lock())),
+        LoggerKind::Comet(shared) => f(Either::Comet(&mut shared.lock())),
     }
 }
 
@@ -137,6 +161,7 @@ enum Either<'a> {
     File(&'a mut FileLogger),
     Mlflow(&'a mut MlflowLogger),
     Wandb(&'a mut WandbLogger),
+    Comet(&'a mut CometLogger),
 }
 
 impl Either<'_> {
@@ -145,6 +170,7 @@ impl Either<'_> {
             Either::File(l) => *l,
             Either::Mlflow(l) => *l,
             Either::Wandb(l) => *l,
+            Either::Comet(l) => *l,
         }
     }
 }
@@ -244,13 +270,14 @@ pub unsafe extern "C" fn fulmen_logger_set_version_name(
 }
 
 /// Sets the prefix put before every metric name with '-' (Lightning's
-/// `prefix`; "" for none): `prefix-loss`. CSV's `step` column and
+/// `prefix`; "" for none): `prefix-loss` (Comet: with '_', as comet_ml
+/// joins it). CSV's `step` column and
 /// TensorBoard's images, histograms and texts are not prefixed. Any kind
 /// of logger; before its first use only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8),
 /// FULMEN_CODE_INVALID_STATE (the folder exists, or the MLflow or W&B
-/// run started).
+/// run or the Comet experiment started).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_set_prefix(
     logger: *mut fulmen_logger,
@@ -262,6 +289,7 @@ pub unsafe extern "C" fn fulmen_logger_set_prefix(
             Either::File(l) => l.set_prefix(&p),
             Either::Mlflow(l) => l.set_prefix(&p),
             Either::Wandb(l) => l.set_prefix(&p),
+            Either::Comet(l) => l.set_prefix(&p),
         })
     })
 }
@@ -366,14 +394,16 @@ pub unsafe extern "C" fn fulmen_logger_version(logger: *mut fulmen_logger, out: 
 /// request (names without the characters Lightning strips: all but
 /// letters, digits, `_ / . -` and space; NaN and infinities as MLflow's
 /// client sends them); W&B, one history row and summary update with
-/// `trainer/global_step` = `step`. Names get the prefix. No `epoch` is
+/// `trainer/global_step` = `step`; Comet, `curr_step` = `step` when it
+/// changes and one metric message per name. Names get the prefix. No `epoch` is
 /// added (the trainer adds it to what it logs). `n` may be 0 (CSV: a row with only
 /// the step). The arrays are read during the call only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a name empty, not UTF-8 or
 /// holding a line break), FULMEN_CODE_IO (the folder or file cannot be
 /// written; the MLflow server cannot be reached, or refuses, with its
-/// answer), FULMEN_CODE_INVALID_STATE (a finished W&B run).
+/// answer), FULMEN_CODE_INVALID_STATE (a finished W&B run, an ended Comet
+/// experiment).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_log_metrics(
     logger: *mut fulmen_logger,
@@ -388,6 +418,7 @@ pub unsafe extern "C" fn fulmen_logger_log_metrics(
             Either::File(l) => l.log_metrics_at(&metrics, step),
             Either::Mlflow(l) => l.log_metrics_at(&metrics, step),
             Either::Wandb(l) => l.log_metrics_at(&metrics, None, step),
+            Either::Comet(l) => l.log_metrics_at(&metrics, None, step),
         })
     })
 }
@@ -401,12 +432,14 @@ pub unsafe extern "C" fn fulmen_logger_log_metrics(
 /// `hparams.yaml` it writes when it saves; MLflow logs them as the run's
 /// params, each value cut to 250 characters as Lightning cuts them (MLflow
 /// refuses a param changed to another value); W&B writes them into the
-/// run's config (numbers and booleans typed, other text as strings). The
+/// run's config (numbers and booleans typed, other text as strings);
+/// Comet writes them as the experiment's parameters (typed likewise). The
 /// arrays are read during the call only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a key or value not UTF-8),
 /// FULMEN_CODE_IO (the folder or file cannot be written; the MLflow
-/// server's refusal), FULMEN_CODE_INVALID_STATE (a finished W&B run).
+/// server's refusal), FULMEN_CODE_INVALID_STATE (a finished W&B run, an
+/// ended Comet experiment).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_log_hyperparams(
     logger: *mut fulmen_logger,
@@ -500,7 +533,7 @@ pub unsafe extern "C" fn fulmen_logger_add_text(
 /// `hparams.yaml` if the folder has none. Makes the folder if the logger
 /// was not used yet, as Lightning. MLflow: nothing (every call is sent at
 /// once). W&B: hands the run's file to the OS (nothing for a logger not
-/// used yet or a finished run).
+/// used yet or a finished run); Comet likewise for its messages.
 ///
 /// Errors: FULMEN_CODE_IO.
 #[no_mangle]
@@ -517,10 +550,12 @@ pub unsafe extern "C" fn fulmen_logger_save(logger: *mut fulmen_logger) -> *mut 
 /// "killed" KILLED (a logger never used does nothing; logging later goes
 /// on in the same run, as Lightning's); W&B makes the run's file durable
 /// and keeps the run open, as Lightning's WandbLogger, its exit code (1
-/// after "failed" or "killed", else 0) for when the run ends.
+/// after "failed" or "killed", else 0) for when the run ends; Comet makes
+/// the messages durable and keeps the experiment open, as Lightning's
+/// CometLogger.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`status` not UTF-8; for MLflow
-/// and W&B not one of those four), FULMEN_CODE_IO.
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`status` not UTF-8; for MLflow,
+/// W&B and Comet not one of those four), FULMEN_CODE_IO.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_finalize(
     logger: *mut fulmen_logger,
@@ -558,6 +593,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_file_logger(
             LoggerKind::File(l) => t.inner.add_logger(Box::new(l)),
             LoggerKind::Mlflow(l) => t.inner.add_logger(Box::new(l)),
             LoggerKind::Wandb(l) => t.inner.add_logger(Box::new(l)),
+            LoggerKind::Comet(l) => t.inner.add_logger(Box::new(l)),
         }
         Ok(())
     })

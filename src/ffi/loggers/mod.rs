@@ -1,7 +1,8 @@
 //! Loggers: host loggers (`fulmen_logger_vtable`: every logged metric and
 //! the hyperparameters handed to the host, for its own monitoring), the
-//! CSV, TensorBoard, MLflow and W&B loggers as handles (`fulmen_logger`), and images,
-//! histograms and texts logged from hooks.
+//! CSV, TensorBoard, MLflow, W&B and Comet loggers as handles
+//! (`fulmen_logger`), and images, histograms and texts logged from hooks.
+pub mod comet;
 pub mod file_logger;
 pub mod hook_media;
 mod media_args;

@@ -337,22 +337,9 @@ pub fn json_value(text: &str) -> String {
     }
 }
 
-/// Eight lowercase letters and digits, as wandb's run ids, from the
-/// process's random hash keys and the clock (torch's generator untouched).
+/// Eight lowercase letters and digits, as wandb's run ids.
 fn new_run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.write_u32(std::process::id());
-    let mut bits = h.finish();
-    (0..8)
-        .map(|_| {
-            let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize];
-            bits /= ALPHABET.len() as u64;
-            c as char
-        })
-        .collect()
+    crate::loggers::random_text(8, b"abcdefghijklmnopqrstuvwxyz0123456789")
 }
 
 /// `YYYYMMDD_HHMMSS` of `secs` in local time, as wandb names run folders.

@@ -1,5 +1,6 @@
 // fulmen C++ binding: Lightning's CSVLogger, TensorBoardLogger (FileLogger),
-// MLFlowLogger (MlflowLogger) and WandbLogger (WandbLogger) as handles, for
+// MLFlowLogger (MlflowLogger), WandbLogger (WandbLogger) and CometLogger
+// (CometLogger) as handles, for
 // a loop of one's own or added to a Trainer (Trainer::add_file_logger).
 #pragma once
 
@@ -276,6 +277,78 @@ public:
     }
     /// Ends the run now with `exit_code` (wandb.finish); later logging throws.
     void finish(int32_t exit_code = 0) { check(fulmen_logger_wandb_finish(get(), exit_code)); }
+};
+
+/// Lightning's CometLogger in Comet's offline mode: the experiment written
+/// as the archive `offline_dir/<key>-<6 letters>.zip` for `comet upload`,
+/// started on first use (its messages in a working folder until it ends);
+/// the settings apply before that and chain:
+/// `CometLogger("logs", "proj").name("r").tag("baseline")`.
+/// log_metrics, log_hyperparams, finalize and Trainer::add_file_logger
+/// are FileLogger's (its file settings throw FULMEN_CODE_INVALID_ARGUMENT);
+/// the experiment ends with end() or when the last holder frees it.
+class CometLogger : public FileLogger {
+public:
+    /// An empty logger object (no handle).
+    CometLogger() = default;
+    /// A logger of `project` ("" for none) whose archive goes to
+    /// `offline_dir` ("" for the working directory).
+    CometLogger(const std::string& offline_dir, const std::string& project)
+        : FileLogger(detail::make<fulmen_logger>([&](fulmen_logger** o) {
+              return fulmen_logger_comet_new(offline_dir.c_str(), project.c_str(), o);
+          })) {}
+
+    /// The experiment's name (Lightning's name).
+    CometLogger& name(const std::string& name) & {
+        check(fulmen_logger_comet_set_name(get(), name.c_str()));
+        return *this;
+    }
+    /// Sets the name on a temporary and passes it on.
+    CometLogger&& name(const std::string& n) && { return std::move(name(n)); }
+    /// The workspace the upload goes to ("" for the account's default).
+    CometLogger& workspace(const std::string& workspace) & {
+        check(fulmen_logger_comet_set_workspace(get(), workspace.c_str()));
+        return *this;
+    }
+    /// Sets the workspace on a temporary and passes it on.
+    CometLogger&& workspace(const std::string& w) && { return std::move(workspace(w)); }
+    /// The experiment key: 32 to 50 letters and digits ("" for a random one).
+    CometLogger& experiment_key(const std::string& key) & {
+        check(fulmen_logger_comet_set_experiment_key(get(), key.c_str()));
+        return *this;
+    }
+    /// Sets the key on a temporary and passes it on.
+    CometLogger&& experiment_key(const std::string& k) && { return std::move(experiment_key(k)); }
+    /// How the upload treats the experiment: "get_or_create", "get" or "create".
+    CometLogger& mode(const std::string& mode) & {
+        check(fulmen_logger_comet_set_mode(get(), mode.c_str()));
+        return *this;
+    }
+    /// Sets the mode on a temporary and passes it on.
+    CometLogger&& mode(const std::string& m) && { return std::move(mode(m)); }
+    /// A tag of the experiment.
+    CometLogger& tag(const std::string& tag) & {
+        check(fulmen_logger_comet_add_tag(get(), tag.c_str()));
+        return *this;
+    }
+    /// Adds a tag on a temporary and passes it on.
+    CometLogger&& tag(const std::string& t) && { return std::move(tag(t)); }
+
+    /// The experiment's key (Lightning's version), starting it if needed.
+    std::string key() {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+            return fulmen_logger_comet_experiment_key(get(), buf, cap, len);
+        });
+    }
+    /// The archive `comet upload` takes (there once the experiment ended),
+    /// starting the experiment if needed.
+    std::string archive_path() {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+            return fulmen_logger_comet_archive_path(get(), buf, cap, len);
+        });
+    }
+    /// Ends the experiment now, writing its archive; later logging throws.
+    void end() { check(fulmen_logger_comet_end(get())); }
 };
 
 }  // namespace fulmen
