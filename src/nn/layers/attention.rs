@@ -101,8 +101,10 @@ impl MultiheadAttention {
         Ok(())
     }
 
-    /// An additive float mask (or none) broadcasting to `(N, H, L, S)`,
-    /// from the call's bool or float masks.
+    /// An additive float mask (or none) in the shapes torch's
+    /// `multi_head_attention_forward` merges them to: `(1, L, S)` from a
+    /// 2-D `attn_mask` (or the causal mask), `(N * H, L, S)`, and the key
+    /// padding mask as `(N * H, 1, S)`, added after the `attn_mask`.
     fn merged_mask(&self, c: &AttentionCall<'_>, n: i64, l: i64, s: i64, kind: Kind) -> Result<Option<Tensor>> {
         let additive = |m: &Tensor, what: &str| -> Result<Tensor> {
             match m.f_kind()? {
@@ -122,14 +124,14 @@ impl MultiheadAttention {
             // computed here: the causal mask is made for them.
             let mut m = crate::tensor::device::empty_on_device_of(&[l, s], kind, c.query)?;
             let _ = m.f_fill_(f64::NEG_INFINITY)?;
-            mask = Some(m.f_triu(1)?);
+            mask = Some(m.f_triu(1)?.f_unsqueeze(0)?);
         }
         if let Some(m) = c.attn_mask {
             let size = m.size();
             let m = if size == [l, s] {
-                additive(m, "attn_mask")?
+                additive(m, "attn_mask")?.f_unsqueeze(0)?
             } else if size == [n * h, l, s] {
-                additive(m, "attn_mask")?.f_view([n, h, l, s])?
+                additive(m, "attn_mask")?
             } else {
                 return Err(Error::shape(format!(
                     "multihead_attention: attn_mask of shape {size:?} must be [{l}, {s}] or [{}, {l}, {s}]",
@@ -147,7 +149,10 @@ impl MultiheadAttention {
                     shape_of(m)
                 )));
             }
-            let m = additive(m, "key_padding_mask")?.f_view([n, 1, 1, s])?;
+            let m = additive(m, "key_padding_mask")?
+                .f_view([n, 1, 1, s])?
+                .f_expand([n, h, 1, s], false)?
+                .f_reshape([n * h, 1, s])?;
             mask = Some(match mask {
                 Some(a) => a.f_add(&m)?,
                 None => m,
@@ -161,10 +166,10 @@ impl MultiheadAttention {
     pub(crate) fn attend(&self, c: &AttentionCall<'_>, training: bool) -> Result<(Tensor, Option<Tensor>)> {
         self.check(c)?;
         let batched = c.query.dim() == 3;
-        // The projections run in PyTorch's layout, (L, N, E) (an unbatched
-        // input as (L, 1, E)), so they are the products PyTorch runs (an
-        // addmm on a contiguous input, an mm on a transposed one) and count
-        // as its do; everything after them runs batch first: (N, L, E).
+        // Every product and layout is torch's `multi_head_attention_forward`'s
+        // (so the results are its bit for bit, and count as its do): the
+        // sequence first, `(L, N, E)` (an unbatched input as `(L, 1, E)`),
+        // the heads as `(N * H, L, E / H)` views of the projections.
         let seq_first = |t: &Tensor| -> Result<Tensor> {
             Ok(match (batched, self.batch_first) {
                 (false, _) => t.f_unsqueeze(1)?,
@@ -176,49 +181,81 @@ impl MultiheadAttention {
         let d = e / h;
         let query = seq_first(c.query)?;
         let (l, n) = (query.size()[0], query.size()[1]);
-        let b = self.in_proj_bias.as_ref();
-        let (q, k, v) = if c.self_attention {
-            let qkv = query.f_linear(&self.in_proj_weight, b)?.f_chunk(3, -1)?;
-            (qkv[0].shallow_clone(), qkv[1].shallow_clone(), qkv[2].shallow_clone())
-        } else {
-            let w = self.in_proj_weight.f_chunk(3, 0)?;
-            let bs = b.map(|b| b.f_chunk(3, 0)).transpose()?;
-            let part = |x: &Tensor, i: usize| x.f_linear(&w[i], bs.as_ref().map(|b| &b[i]));
-            (part(&query, 0)?, part(&seq_first(c.key)?, 1)?, part(&seq_first(c.value)?, 2)?)
-        };
+        let (q, k, v) = self.in_projection(c, &query, &seq_first)?;
         let s = k.size()[0];
-        let heads = |t: Tensor, len: i64| t.f_transpose(0, 1)?.f_reshape([n, len, h, d])?.f_transpose(1, 2);
-        let (q, k, v) = (heads(q, l)?, heads(k, s)?, heads(v, s)?);
+        let heads = |t: &Tensor, len: i64| t.f_view([len, n * h, d])?.f_transpose(0, 1);
+        let (q, k, v) = (heads(&q, l)?, heads(&k, s)?, heads(&v, s)?);
         let mask = self.merged_mask(c, n, l, s, q.f_kind()?)?;
         let p = if training { self.dropout } else { 0.0 };
         let (out, weights) = if c.need_weights {
-            let scores = q.f_mul_scalar(1.0 / (d as f64).sqrt())?.f_matmul(&k.f_transpose(-2, -1)?)?;
+            let q = q.f_mul_scalar((1.0 / d as f64).sqrt())?;
+            let kt = k.f_transpose(-2, -1)?;
             let scores = match &mask {
-                Some(m) => scores.f_add(m)?,
-                None => scores,
+                Some(m) => m.f_baddbmm(&q, &kt, 1, 1)?,
+                None => q.f_bmm(&kt)?,
             };
             let mut w = scores.f_softmax(-1, None)?;
             if p > 0.0 {
                 w = w.f_dropout(p, true)?;
             }
-            (w.f_matmul(&v)?, Some(w.f_mean_dim(1, false, None)?))
+            let out = w.f_bmm(&v)?.f_transpose(0, 1)?.f_contiguous()?.f_view([l * n, e])?;
+            (out, Some(w.f_view([n, h, l, s])?.f_mean_dim(1, false, None)?))
         } else {
+            let mask = match mask {
+                Some(m) if m.size()[0] == 1 => Some(m.f_unsqueeze(0)?),
+                Some(m) => Some(m.f_view([n, h, -1, s])?),
+                None => None,
+            };
+            let (q, k, v) = (q.f_view([n, h, l, d])?, k.f_view([n, h, s, d])?, v.f_view([n, h, s, d])?);
             // SDPA's is_causal with no mask lets CUDA pick its flash kernels.
             let is_causal = c.causal && mask.is_none();
-            let mask = if is_causal { None } else { mask };
-            (Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), p, is_causal, None, false)?, None)
+            let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), p, is_causal, None, false)?;
+            (out.f_permute([2, 0, 1, 3])?.f_contiguous()?.f_view([n * l, e])?, None)
         };
-        let out = self.out_proj.forward(&out.f_transpose(1, 2)?.f_reshape([n, l, e])?, training)?;
+        let out = self.out_proj.forward(&out, training)?.f_view([l, n, e])?;
         let out = match (batched, self.batch_first) {
-            (false, _) => out.f_squeeze_dim(0)?,
-            (true, true) => out,
-            (true, false) => out.f_transpose(0, 1)?,
+            (false, _) => out.f_squeeze_dim(1)?,
+            (true, true) => out.f_transpose(0, 1)?,
+            (true, false) => out,
         };
         let weights = match weights {
             Some(w) if !batched => Some(w.f_squeeze_dim(0)?),
             w => w,
         };
         Ok((out, weights))
+    }
+
+    /// q, k and v projected as torch's `_in_projection_packed`: one product
+    /// for all three in self-attention, one for k and v when they are one
+    /// tensor, else three; a packed product is laid out contiguous per part.
+    fn in_projection(
+        &self,
+        c: &AttentionCall<'_>,
+        query: &Tensor,
+        seq_first: &dyn Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let e = self.embed_dim;
+        let b = self.in_proj_bias.as_ref();
+        // The product laid out `(parts, L, N, E)`, contiguous.
+        let packed = |x: &Tensor, w: &Tensor, b: Option<&Tensor>, parts: i64| -> Result<Tensor> {
+            let proj = x.f_linear(w, b)?.f_unflatten(-1, [parts, e])?.f_unsqueeze(0)?.f_transpose(0, -2)?;
+            Ok(proj.f_squeeze_dim(-2)?.f_contiguous()?)
+        };
+        if c.self_attention {
+            let p = packed(query, &self.in_proj_weight, b, 3)?;
+            return Ok((p.f_select(0, 0)?, p.f_select(0, 1)?, p.f_select(0, 2)?));
+        }
+        if std::ptr::eq(c.key, c.value) {
+            let w = self.in_proj_weight.f_split_with_sizes([e, 2 * e], 0)?;
+            let bs = b.map(|b| b.f_split_with_sizes([e, 2 * e], 0)).transpose()?;
+            let q = query.f_linear(&w[0], bs.as_ref().map(|b| &b[0]))?;
+            let kv = packed(&seq_first(c.key)?, &w[1], bs.as_ref().map(|b| &b[1]), 2)?;
+            return Ok((q, kv.f_select(0, 0)?, kv.f_select(0, 1)?));
+        }
+        let w = self.in_proj_weight.f_chunk(3, 0)?;
+        let bs = b.map(|b| b.f_chunk(3, 0)).transpose()?;
+        let part = |x: &Tensor, i: usize| x.f_linear(&w[i], bs.as_ref().map(|b| &b[i]));
+        Ok((part(query, 0)?, part(&seq_first(c.key)?, 1)?, part(&seq_first(c.value)?, 2)?))
     }
 }
 
@@ -270,7 +307,7 @@ impl Layer for MultiheadAttention {
             key_padding_mask: get(3),
             attn_mask: get(4),
             need_weights: true,
-            self_attention: get(1).is_none() && get(2).is_none(),
+            self_attention: std::ptr::eq(query, key) && std::ptr::eq(key, value),
             causal: false,
         };
         let (out, weights) = self.attend(&call, training)?;
