@@ -205,14 +205,7 @@ static void fit(const char *name, bool handles, fulmen_loader *loader) {
     TRY(fulmen_lightning_module_set_hparam(m, "hidden", "8"));
     TRY(fulmen_lightning_module_set_hparam(m, "activation", "tanh"));
 
-    fulmen_trainer_options *o = NULL;
-    TRY(fulmen_trainer_options_new(&o));
-    TRY(fulmen_trainer_options_set(o, "default_root_dir", root));
-    TRY(fulmen_trainer_options_set_int(o, "max_epochs", 2));
-    TRY(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1));
-    TRY(fulmen_trainer_options_set_int(o, "seed", 3));
-    TRY(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
-    TRY(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
+    fulmen_trainer_options *o = blob_fit_options(root);
     TRY(fulmen_trainer_options_set_bool(o, "enable_checkpointing", false));
     TRY(fulmen_trainer_options_set(o, "logger", handles ? "false" : "csv,tensorboard"));
     fulmen_trainer *t = NULL;
