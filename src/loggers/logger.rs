@@ -1,6 +1,6 @@
 //! The logger interface: where logged metrics and hyperparameters go.
 use super::tensorboard::Media;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -59,4 +59,34 @@ pub trait Logger {
 /// Lightning numbers them), created; shared by the file loggers of one run.
 pub fn next_version_dir(root: &Path) -> Result<PathBuf> {
     super::layout::Layout::new(root).create().map(|(dir, _)| dir)
+}
+
+/// How a run ended, from the status Lightning hands `finalize`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// "success" or "finished".
+    Finished,
+    /// "failed".
+    Failed,
+    /// "killed".
+    Killed,
+}
+
+impl RunStatus {
+    /// Reads "success", "finished", "failed" or "killed".
+    pub fn parse(status: &str) -> Result<Self> {
+        match status {
+            "success" | "finished" => Ok(RunStatus::Finished),
+            "failed" => Ok(RunStatus::Failed),
+            "killed" => Ok(RunStatus::Killed),
+            other => Err(Error::invalid(format!(
+                "status {other:?}: expected \"success\", \"finished\", \"failed\" or \"killed\""
+            ))),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (the loggers' timestamps).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }

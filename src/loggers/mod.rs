@@ -16,7 +16,7 @@ pub use comet::{CometLogger, SharedCometLogger};
 pub use csv::CsvLogger;
 pub use file_logger::{FileLogger, FileLoggerKind, SharedFileLogger};
 pub use layout::{Layout, Version};
-pub use logger::{next_version_dir, Logger};
+pub use logger::{next_version_dir, Logger, RunStatus};
 pub use mlflow::{LogModel, MlflowLogger, SharedMlflowLogger};
 pub use shared::{NamedLogger, SharedLogger};
 pub use tensorboard::{Media, TensorBoardLogger};

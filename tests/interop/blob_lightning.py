@@ -1,8 +1,13 @@
-"""The Lightning twin of tests/interop/blob_fit.h's fit, for the logger
-checks: an MLP 2-8-2 with tanh on 32 two-blob points in batches of 8,
-train_loss logged on step and epoch, val_loss, SGD with lr 0.1, 2 epochs
-with every step logged, seed 3, one thread."""
+"""What the logger checks share: the Lightning twin of
+tests/interop/blob_fit.h's fit (an MLP 2-8-2 with tanh on 32 two-blob
+points in batches of 8, train_loss logged on step and epoch, val_loss, SGD
+with lr 0.1, 2 epochs with every step logged, seed 3, one thread), running
+the C side, and reading a CSVLogger's rows."""
+import csv
 import math
+import os
+import subprocess
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -43,3 +48,24 @@ def blob_fit(save, loggers):
                         enable_model_summary=False, logger=loggers)
     trainer.fit(Blob(), loader, loader)
     return trainer
+
+
+def run_binary(binary, out, mode):
+    """Runs `binary OUT MODE`; its "key value" lines as {key: [values]}
+    (a failure prints its output and exits 1)."""
+    os.makedirs(out, exist_ok=True)
+    res = subprocess.run([binary, out, mode], capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        print(res.stdout, res.stderr)
+        sys.exit(1)
+    lines = {}
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        lines.setdefault(key, []).append(value)
+    return lines
+
+
+def csv_rows(log_dir):
+    """The rows of a CSVLogger's metrics.csv, as floats."""
+    with open(os.path.join(log_dir, "metrics.csv"), newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]

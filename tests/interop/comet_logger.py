@@ -27,18 +27,16 @@ for Comet's server, and:
   working folder, which comet_ml's upload code reads as it is.
 """
 import argparse
-import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 
 os.environ["COMET_DISABLE_AUTO_LOGGING"] = "1"
 
-from blob_lightning import blob_fit
+from blob_lightning import blob_fit, csv_rows, run_binary
 
 CHECKS = []
 
@@ -127,24 +125,6 @@ def upload(path):
     check("rest.update_experiment_error_status" not in names, f"{os.path.basename(path)}: no upload error reported")
     check("connection.report" not in names, f"{os.path.basename(path)}: no invalid message reported")
     return Sent(sender.metadata, calls, lines)
-
-
-def run_binary(binary, out, mode):
-    os.makedirs(out, exist_ok=True)
-    res = subprocess.run([binary, out, mode], capture_output=True, text=True, timeout=300)
-    if res.returncode != 0:
-        print(res.stdout, res.stderr)
-        sys.exit(1)
-    lines = {}
-    for line in res.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        lines.setdefault(key, []).append(value)
-    return lines
-
-
-def csv_rows(log_dir):
-    with open(os.path.join(log_dir, "metrics.csv"), newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
 
 
 def sequence(sent, names):

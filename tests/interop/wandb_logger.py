@@ -28,7 +28,6 @@ runs with), reads them back as JSON, and:
   the checks above read checked records.
 """
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 
-from blob_lightning import blob_fit
+from blob_lightning import blob_fit, csv_rows, run_binary
 
 CHECKS = []
 
@@ -69,19 +68,6 @@ def inspect(path, env, summary=False):
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()], out.stderr
 
 
-def run_binary(binary, out, mode):
-    os.makedirs(out, exist_ok=True)
-    res = subprocess.run([binary, out, mode], capture_output=True, text=True, timeout=300)
-    if res.returncode != 0:
-        print(res.stdout, res.stderr)
-        sys.exit(1)
-    lines = {}
-    for line in res.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        lines.setdefault(key, []).append(value)
-    return lines
-
-
 def history(records):
     """The history rows, without the wall-clock keys, in order."""
     rows = []
@@ -101,11 +87,6 @@ def config(records):
         if r["type"] == "config":
             merged.update({k: v for k, v in r["config"]["update"].items() if not k.startswith("_")})
     return merged
-
-
-def csv_rows(log_dir):
-    with open(os.path.join(log_dir, "metrics.csv"), newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
 
 
 def rows_match_csv(rows, csv_file_rows, side):

@@ -5,7 +5,6 @@ use super::logger::{Mode, EXPERIMENT_FILE, MESSAGES_FILE};
 use crate::checkpoint::torch_zip::ZipWriter;
 use crate::error::{Error, Result};
 use serde_json::{json, Value};
-use std::io::Read;
 use std::path::Path;
 
 /// What `experiment.json` holds.
@@ -48,25 +47,12 @@ impl ExperimentMeta {
 }
 
 /// Writes the archive at `archive` (atomically: a reader never sees half
-/// of it) from `meta` and the messages file `messages`, read as it is
-/// copied.
-pub fn write_archive(archive: &Path, meta: &ExperimentMeta, messages: &Path) -> Result<()> {
-    let open = || {
-        crate::fs_safe::open_regular(messages).map_err(|e| Error::io(format!("reading {}: {e}", messages.display())))
-    };
-    let mut file = open()?;
-    let size = file.size();
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| Error::io(format!("reading {}: {e}", messages.display())))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let crc = hasher.finalize();
-    let mut data = open()?;
+/// of it) from `meta` and the messages file `messages`, whose `size` bytes
+/// have CRC-32 `crc`, copied as it is read (a file of another length is an
+/// error).
+pub fn write_archive(archive: &Path, meta: &ExperimentMeta, messages: &Path, size: u64, crc: u32) -> Result<()> {
+    let mut data = crate::fs_safe::open_regular(messages)
+        .map_err(|e| Error::io(format!("reading {}: {e}", messages.display())))?;
     crate::fs_safe::write_atomic_with(archive, |f| {
         let mut zip = ZipWriter::new(std::io::BufWriter::new(f), "");
         zip.add(EXPERIMENT_FILE, meta.to_json().as_bytes())?;

@@ -6,14 +6,14 @@
 use super::archive::{write_archive, ExperimentMeta};
 use super::messages::{self, Source, MAX_KEY};
 use crate::error::{Error, Result};
+use crate::loggers::logger::now_ms;
 use crate::loggers::shared::{NamedLogger, SharedLogger};
-use crate::loggers::Logger;
+use crate::loggers::{Logger, RunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What the experiment says it was created from (Lightning's logger
 /// says "pytorch-lightning").
@@ -76,10 +76,11 @@ pub struct CometLogger {
 /// A started experiment.
 struct OpenExperiment {
     meta: ExperimentMeta,
-    /// The archive's file name without ".zip": the key, then (unless the
-    /// mode is "create") '-' and six random letters, as comet_ml names it.
-    stem: String,
-    /// `<offline dir>/<stem>.partial`: the messages as they are logged.
+    /// `<offline dir>/<key>-<6 letters>.zip` (mode "create": `<key>.zip`),
+    /// as comet_ml names it; written when the experiment ends.
+    archive: PathBuf,
+    /// The archive's path with `.partial` for `.zip`: the messages as they
+    /// are logged.
     work: PathBuf,
     messages: BufWriter<File>,
     /// The next message's `message_id`.
@@ -91,8 +92,12 @@ struct OpenExperiment {
     params: HashMap<String, Value>,
     /// Set after a failed write: later lines would follow a torn one.
     broken: bool,
-    /// The archive, once the experiment ended.
-    archive: Option<PathBuf>,
+    /// Bytes of `messages.json` written, and their CRC-32 (the archive's
+    /// record of it, without reading the file again).
+    written: u64,
+    crc: crc32fast::Hasher,
+    /// Whether the archive is written.
+    ended: bool,
 }
 
 /// A name that also names a folder: not empty, no `/`, `\` or NUL, not
@@ -215,7 +220,7 @@ impl CometLogger {
         // error. Otherwise a new key or suffix is drawn for a taken name.
         let fixed = given && self.mode == Mode::Create;
         let mut attempt = 0;
-        let (key, stem, work) = loop {
+        let (key, archive, work) = loop {
             let key = if given { self.key.clone() } else { crate::loggers::random_text(32, b"0123456789abcdef") };
             let stem = match self.mode {
                 Mode::Create => key.clone(),
@@ -230,7 +235,7 @@ impl CometLogger {
                 Error::io(format!("{} exists: an experiment of that key was archived there", archive.display()))
             } else {
                 match std::fs::create_dir(&work) {
-                    Ok(()) => break (key, stem, work),
+                    Ok(()) => break (key, archive, work),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                         Error::io(format!("creating {}: {e}", work.display()))
                     }
@@ -258,7 +263,7 @@ impl CometLogger {
                 .map_err(|e| Error::io(format!("creating {}: {e}", work.join(MESSAGES_FILE).display())))?;
             let mut run = OpenExperiment {
                 meta: meta.clone(),
-                stem: stem.clone(),
+                archive,
                 work: work.clone(),
                 messages: BufWriter::new(file),
                 next_id: 1,
@@ -266,7 +271,9 @@ impl CometLogger {
                 curr_epoch: Value::Null,
                 params: HashMap::new(),
                 broken: false,
-                archive: None,
+                written: 0,
+                crc: crc32fast::Hasher::new(),
+                ended: false,
             };
             run.other("offline_experiment", Value::Bool(true))?;
             if !self.name.is_empty() {
@@ -286,7 +293,7 @@ impl CometLogger {
     /// The started experiment, for writing (an ended one refuses).
     fn started(&mut self) -> Result<&mut OpenExperiment> {
         let run = self.open()?;
-        if run.archive.is_some() {
+        if run.ended {
             return Err(Error::state(format!("the Comet experiment {} ended; make a new logger", run.meta.key)));
         }
         if run.broken {
@@ -308,9 +315,7 @@ impl CometLogger {
     /// experiment ends, and is after. Starts the experiment if the logger
     /// was not used yet.
     pub fn archive_path(&mut self) -> Result<PathBuf> {
-        let dir = self.offline_dir.clone();
-        let run = self.open()?;
-        Ok(run.archive.clone().unwrap_or_else(|| dir.join(format!("{}.zip", run.stem))))
+        Ok(self.open()?.archive.clone())
     }
 
     /// Logs `metrics` at `step` in `epoch`, as Lightning's `log_metrics`
@@ -361,17 +366,16 @@ impl CometLogger {
 
     /// Ends the experiment now (comet_ml's `end()`): its metadata gets the
     /// stop time, the messages and metadata are archived as
-    /// `<stem>.zip` in the offline directory, and the working folder is
+    /// [`CometLogger::archive_path`], and the working folder is
     /// removed; later logging is refused, a second end does nothing. A
     /// logger never used starts and ends an empty experiment. The archive's
     /// path is returned.
     pub fn end(&mut self) -> Result<PathBuf> {
-        let dir = self.offline_dir.clone();
         let run = self.open()?;
-        if let Some(done) = &run.archive {
-            return Ok(done.clone());
+        if !run.ended {
+            run.end()?;
         }
-        run.end(&dir)
+        Ok(run.archive.clone())
     }
 }
 
@@ -388,7 +392,11 @@ impl OpenExperiment {
         result.map_err(|e| {
             self.broken = true;
             Error::io(format!("writing {}: {e}", self.work.join(MESSAGES_FILE).display()))
-        })
+        })?;
+        self.crc.update(line.as_bytes());
+        self.crc.update(b"\n");
+        self.written += line.len() as u64 + 1;
+        Ok(())
     }
 
     fn other(&mut self, key: &str, value: Value) -> Result<()> {
@@ -420,7 +428,7 @@ impl OpenExperiment {
     }
 
     /// Archives the experiment and removes its working folder.
-    fn end(&mut self, dir: &Path) -> Result<PathBuf> {
+    fn end(&mut self) -> Result<()> {
         if self.broken {
             return Err(Error::io(format!(
                 "the Comet experiment {}'s messages are incomplete; its folder {} is left as it is",
@@ -431,15 +439,15 @@ impl OpenExperiment {
         self.flush(true)?;
         let mut meta = self.meta.clone();
         meta.stop_ms = Some(now_ms().max(meta.start_ms));
-        let archive = dir.join(format!("{}.zip", self.stem));
-        write_archive(&archive, &meta, &self.work.join(MESSAGES_FILE))?;
+        let messages = self.work.join(MESSAGES_FILE);
+        write_archive(&self.archive, &meta, &messages, self.written, self.crc.clone().finalize())?;
         // Only this experiment's own two files and folder.
         let _ = std::fs::remove_file(self.work.join(MESSAGES_FILE));
         let _ = std::fs::remove_file(self.work.join(EXPERIMENT_FILE));
         let _ = std::fs::remove_dir(&self.work);
         self.meta = meta;
-        self.archive = Some(archive.clone());
-        Ok(archive)
+        self.ended = true;
+        Ok(())
     }
 }
 
@@ -447,16 +455,10 @@ impl Drop for CometLogger {
     /// The experiment ends with the logger, as comet_ml ends it when its
     /// process exits.
     fn drop(&mut self) {
-        let dir = self.offline_dir.clone();
-        if let Some(run) = self.run.as_mut().filter(|r| r.archive.is_none()) {
-            let _ = run.end(&dir);
+        if let Some(run) = self.run.as_mut().filter(|r| !r.ended) {
+            let _ = run.end();
         }
     }
-}
-
-/// Milliseconds since the epoch (comet_ml's `local_timestamp`).
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis().min(i64::MAX as u128) as i64
 }
 
 impl Logger for CometLogger {
@@ -478,7 +480,7 @@ impl Logger for CometLogger {
 
     fn save(&mut self) -> Result<()> {
         match self.run.as_mut() {
-            Some(run) if run.archive.is_none() && !run.broken => run.flush(false),
+            Some(run) if !run.ended && !run.broken => run.flush(false),
             _ => Ok(()),
         }
     }
@@ -487,13 +489,9 @@ impl Logger for CometLogger {
     /// logger only flushes it here and leaves it open until the process
     /// ends.
     fn finalize(&mut self, status: &str) -> Result<()> {
-        if !matches!(status, "success" | "finished" | "failed" | "killed") {
-            return Err(Error::invalid(format!(
-                "status {status:?}: expected \"success\", \"finished\", \"failed\" or \"killed\""
-            )));
-        }
+        RunStatus::parse(status)?;
         match self.run.as_mut() {
-            Some(run) if run.archive.is_none() && !run.broken => run.flush(true),
+            Some(run) if !run.ended && !run.broken => run.flush(true),
             _ => Ok(()),
         }
     }

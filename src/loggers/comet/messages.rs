@@ -57,9 +57,10 @@ pub fn metric_value(v: f64) -> Value {
 /// `true` or `false` as itself, anything else a string cut to
 /// [`MAX_VALUE`] characters.
 pub fn param_value(text: &str) -> Value {
-    let plain = crate::loggers::wandb::logger::json_value(text);
-    match serde_json::from_str::<Value>(&plain) {
-        Ok(v @ (Value::Number(_) | Value::Bool(_))) => v,
+    // Plain as hparams.yaml writes it: a number or boolean JSON reads too.
+    let plain = crate::loggers::yaml::value(text) == text;
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) if plain => v,
         _ => Value::String(truncated(text, MAX_VALUE)),
     }
 }

@@ -6,7 +6,7 @@ use super::rest::{RunInfo, Tracking};
 use crate::error::{Error, Result};
 use crate::loggers::layout::check_relative;
 use crate::loggers::shared::{NamedLogger, SharedLogger};
-use crate::loggers::Logger;
+use crate::loggers::{Logger, RunStatus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -259,15 +259,13 @@ fn metric_key(key: &str) -> String {
 }
 
 /// MLflow's run status for Lightning's `finalize(status)`.
+/// MLflow's name of how a run ended.
 fn run_status(status: &str) -> Result<&'static str> {
-    match status {
-        "success" | "finished" => Ok("FINISHED"),
-        "failed" => Ok("FAILED"),
-        "killed" => Ok("KILLED"),
-        other => Err(Error::invalid(format!(
-            "status {other:?}: expected \"success\", \"finished\", \"failed\" or \"killed\""
-        ))),
-    }
+    Ok(match RunStatus::parse(status)? {
+        RunStatus::Finished => "FINISHED",
+        RunStatus::Failed => "FAILED",
+        RunStatus::Killed => "KILLED",
+    })
 }
 
 impl Logger for MlflowLogger {

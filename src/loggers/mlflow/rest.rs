@@ -3,6 +3,7 @@
 //! logger makes, each answer checked.
 use super::http::{self, Body, Endpoint};
 use crate::error::{Error, Result};
+use crate::loggers::logger::now_ms;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
@@ -245,11 +246,6 @@ fn percent_decode(s: &str) -> Result<String> {
         }
     }
     String::from_utf8(out).map_err(|_| Error::io(format!("artifact URI path {s:?} is not UTF-8 once decoded")))
-}
-
-/// Milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A metric value as MLflow's Python client sends it: non-finite values as

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::loggers::csv::{prefixed, python_float};
 use crate::loggers::shared::{NamedLogger, SharedLogger};
 use crate::loggers::tensorboard::writer::hostname;
-use crate::loggers::Logger;
+use crate::loggers::{Logger, RunStatus};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -393,15 +393,7 @@ impl Logger for WandbLogger {
     /// 0); the run goes on, as Lightning's logger leaves it open until the
     /// process ends.
     fn finalize(&mut self, status: &str) -> Result<()> {
-        let failed = match status {
-            "success" | "finished" => false,
-            "failed" | "killed" => true,
-            other => {
-                return Err(Error::invalid(format!(
-                    "status {other:?}: expected \"success\", \"finished\", \"failed\" or \"killed\""
-                )))
-            }
-        };
+        let failed = RunStatus::parse(status)? != RunStatus::Finished;
         match self.run.as_mut() {
             Some(run) if !run.finished => {
                 run.exit_code = i32::from(failed);
