@@ -8,7 +8,20 @@
 #include <fulmen.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* `e` must be an error of `code` whose message holds `needle` (NULL: any
+ * message); anything else exits 3, naming `what`. Frees `e`. */
+static inline void refused(fulmen_error *e, int code, const char *needle, const char *what) {
+    if (e == NULL || fulmen_error_code(e) != code || (needle != NULL && strstr(fulmen_error_message(e), needle) == NULL)) {
+        fprintf(stderr, "%s: expected code %d with \"%s\", got %s\n", what, code, needle ? needle : "",
+                e ? fulmen_error_message(e) : "success");
+        exit(3);
+    }
+    fulmen_error_free(e);
+}
 
 typedef struct {
     fulmen_model *model;

@@ -34,16 +34,6 @@
         }                                                                                                      \
     } while (0)
 
-/* `call` must fail with `code`, its message holding `needle` (or NULL). */
-static void refused(fulmen_error *e, int code, const char *needle, const char *what) {
-    if (e == NULL || fulmen_error_code(e) != code || (needle != NULL && strstr(fulmen_error_message(e), needle) == NULL)) {
-        fprintf(stderr, "mlflow_logger: %s: expected code %d with \"%s\", got %s\n", what, code, needle ? needle : "",
-                e ? fulmen_error_message(e) : "success");
-        exit(3);
-    }
-    fulmen_error_free(e);
-}
-
 static const char *uri, *out_dir;
 
 #include "blob_fit.h"
