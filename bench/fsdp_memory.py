@@ -28,7 +28,7 @@ import time
 
 WORLD = 4
 STRATEGIES = ["ddp", "fsdp_full", "fsdp_full_no_prefetch", "fsdp_full_forward_prefetch", "fsdp_grad_op",
-              "fsdp_full_checkpointed"]
+              "fsdp_full_checkpointed", "fsdp_full_meta"]
 LABELS = {
     "ddp": "ddp",
     "fsdp_full": "fsdp, FULL_SHARD",
@@ -36,6 +36,7 @@ LABELS = {
     "fsdp_full_forward_prefetch": "fsdp, FULL_SHARD, forward prefetch too",
     "fsdp_grad_op": "fsdp, SHARD_GRAD_OP",
     "fsdp_full_checkpointed": "fsdp, FULL_SHARD, activations checkpointed",
+    "fsdp_full_meta": "fsdp, FULL_SHARD, built on the meta device",
 }
 # Variables of a job the runner's own environment might carry (an outer
 # launcher, SLURM): the ranks must see none of them.
@@ -162,16 +163,20 @@ def summary_table(results):
     def train(r):
         return r["rss_train_peak_bytes"] - r["rss_before_model_bytes"]
 
+    def setup(r):
+        return r["rss_setup_peak_bytes"] - r["rss_before_model_bytes"]
+
     ddp = results["ddp"]
     out = [
-        "| strategy | state per rank (MiB) | / ddp | peak RSS - pre-model (MiB) | / ddp "
+        "| strategy | state per rank (MiB) | / ddp | setup's peak RSS - pre-model (MiB) | / ddp "
+        "| peak RSS - pre-model (MiB) | / ddp "
         "| steps' peak RSS - pre-model (MiB) | / ddp | step (s) | / ddp |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in STRATEGIES:
         rows = results[s]
         cells = []
-        for f in (lambda r: r["state_bytes"], peak, train):
+        for f in (lambda r: r["state_bytes"], setup, peak, train):
             v, base = mean(rows, f), mean(ddp, f)
             cells += [f"{mib(v):.0f}", ratio(v, base)]
         step, dstep = mean(rows, lambda r: r["step_seconds"]), mean(ddp, lambda r: r["step_seconds"])
@@ -197,15 +202,19 @@ def write_results(path, results, cmdline, steps, mmap_threshold):
         "default as in torch); the rows \"no prefetch\" and \"forward prefetch too\" turn it off, or",
         "gather ahead in the forward as well (`fsdp_forward_prefetch`). The last row checkpoints",
         "every TransformerEncoderLayer's forward (`fsdp_activation_checkpointing_policy`): its",
-        "activations are not kept, and backward runs the layer again.",
+        "activations are not kept, and backward runs the layer again. The row \"built on the meta",
+        "device\" builds the model in a meta-init scope (`fulmen_meta_init_begin`): each unit gets",
+        "its values, those of the eager build, just before it is sharded.",
         "",
         "- state: parameters, gradients and AdamW's two moments a rank holds between steps,",
         "  4 x 4 bytes per parameter element it holds (all of them under ddp, its shards under fsdp,",
         "  counted from the parameters at the first step's start).",
+        "- setup's peak RSS - pre-model: the rank's VmHWM at the first step's start minus its RSS",
+        "  before the model was built: building, placing and sharding the model, and the optimizer.",
         "- peak RSS - pre-model: the rank's VmHWM over the whole run minus its RSS before the model",
-        "  was built. Under fsdp every rank first builds the whole model, and the end of fit gathers",
-        "  the full parameters and optimizer state again (the model is whole after the run), so",
-        "  this peak holds them.",
+        "  was built. Under fsdp every rank builds the whole model first (unless it is built on the meta device),",
+        "  and the end of fit gathers the full parameters and optimizer state again (the model is",
+        "  whole after the run), so this peak holds them.",
         "- steps' peak RSS - pre-model: the peak from the first step's start to the last step's end",
         "  (VmHWM reset through /proc/self/clear_refs at the first step's start)"
         + ("." if reset else "; the reset failed on at least one rank, so there it is the peak "

@@ -83,6 +83,12 @@ int fulmen_cxx_tensor_identity(const void* t, int by_impl, uintptr_t* out, int* 
     }
     *is_data = data != 0 ? 1 : 0;
     *out = data != 0 ? data : reinterpret_cast<uintptr_t>(impl);
+    // A meta tensor is its storage (shared with its detached copies) at
+    // its offset.
+    if (by_impl == 0 && x.is_meta() && impl->has_storage()) {
+      *out = reinterpret_cast<uintptr_t>(x.storage().unsafeGetStorageImpl()) +
+             static_cast<uintptr_t>(x.storage_offset()) * x.element_size();
+    }
   }
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -93,6 +99,21 @@ int fulmen_cxx_tensor_identity(const void* t, int by_impl, uintptr_t* out, int* 
 int fulmen_cxx_tensor_assign(void* dst, const void* src, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   *static_cast<at::Tensor*>(dst) = *static_cast<const at::Tensor*>(src);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// How many handles hold `t`'s TensorImpl (`use_count`), whether it is a
+// view of another tensor, its StorageImpl (0 without storage) and how many
+// TensorImpls hold that.
+int fulmen_cxx_tensor_sharing(const void* t, size_t* use_count, int* is_view, uintptr_t* storage,
+                              size_t* storage_count, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  const auto& x = *static_cast<const at::Tensor*>(t);
+  *use_count = x.defined() ? x.use_count() : 0;
+  *is_view = x.defined() && x.is_view() ? 1 : 0;
+  const bool stored = x.defined() && x.unsafeGetTensorImpl()->has_storage();
+  *storage = stored ? reinterpret_cast<uintptr_t>(x.storage().unsafeGetStorageImpl()) : 0;
+  *storage_count = stored ? x.storage().use_count() : 0;
   FULMEN_CXX_CATCH(err, err_len)
 }
 

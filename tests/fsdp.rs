@@ -70,6 +70,17 @@ fn model(kind: Kind2) -> Module {
     root
 }
 
+/// The scenario's model; on the meta device for the `meta` scenarios.
+fn built(name: &str, kind: Kind2) -> Module {
+    if name.contains("meta") {
+        let _scope = fulmen::nn::meta_init::MetaInitScope::new().unwrap();
+        let m = model(kind);
+        assert!(m.holds_meta());
+        return m;
+    }
+    model(kind)
+}
+
 /// Two encoder layers over the 6 features read as 3 tokens of 2.
 fn transformer() -> Module {
     let mut root = Module::sequential();
@@ -351,6 +362,10 @@ fn scenario(name: &str) -> Scenario {
             ],
             Kind2::Exported,
         ),
+        // Built on the meta device ([`built`]): each unit gets its values
+        // just before it is sharded; a host loop's in host memory.
+        "meta_transformer" | "host_meta" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
+        "meta_batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
         _ => panic!("unknown scenario {name}"),
     };
     Scenario { settings, kind, strategy: "fsdp" }
@@ -381,6 +396,11 @@ fn train_with(
     save_after: Option<&Path>,
     micro_batches_of: Option<i64>,
 ) -> Result<Trained> {
+    // The model's values, its dropout masks and a meta build's replays all
+    // come from libtorch's one global generator: one training at a time in
+    // this process (the ranks are processes of their own).
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _generator = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let sc = scenario(name);
     let mut o = TrainerOptions::default();
     let epochs = epochs.to_string();
@@ -422,7 +442,7 @@ fn train_with(
         let opts = fulmen::callbacks::StochasticWeightAveragingOptions::new(vec![0.02]);
         t.add_callback(Box::new(fulmen::callbacks::StochasticWeightAveraging::new(opts).unwrap()));
     }
-    let mut net = model(sc.kind);
+    let mut net = built(name, sc.kind);
     if name == "checkpointed_ddp" || name == "checkpointed_unused" {
         for layer in ["2", "3"] {
             net.set_activation_checkpointing(layer, true).unwrap();
@@ -598,7 +618,7 @@ fn host_loop(name: &str, batch: i64, epochs: i64) -> Result<Trained> {
     let world: usize = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
     let join = JoinOptions { devices_per_node: world, ..Default::default() };
     let ctx = fulmen::distributed::join(&join)?;
-    let model: SharedModel = Arc::new(Mutex::new(model(sc.kind)));
+    let model: SharedModel = Arc::new(Mutex::new(built(name, sc.kind)));
     let mut fsdp = FsdpHostLoop::new(ctx, Arc::clone(&model), &spec)?;
     let params = model.lock().unwrap().parameters();
     let mut opt: Box<dyn Optimizer> = if sc.kind == Kind2::Transformer {
@@ -795,6 +815,26 @@ fn clipping_and_accumulation_equal_one_process() {
 /// A host-owned loop on `fulmen_fsdp`'s core trains as the trainer's
 /// one process does: accumulation without communication, clipping by the
 /// norm over the shards, the model whole after unshard.
+#[test]
+fn a_model_built_on_the_meta_device_trains_as_the_eager_build() {
+    // One process: materialized as the strategy places it, the very run
+    // of the eager build.
+    let work = tempdir("fsdp-meta");
+    for (eager, meta) in [("transformer", "meta_transformer"), ("batch_norm", "meta_batch_norm")] {
+        let (eager_losses, eager_weights) = train(eager, "auto", 8, 2, &work.join(eager), None);
+        let (meta_losses, meta_weights) = train(meta, "auto", 8, 2, &work.join(meta), None);
+        assert_eq!(eager_losses, meta_losses, "{meta}");
+        for ((k, a), (_, b)) in eager_weights.iter().zip(&meta_weights) {
+            assert!(a.equal(b), "{meta}: {k}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    // Ranks: each unit's values made just before it is sharded, from the
+    // trainer and from a host loop.
+    check_against_one_process("meta_transformer", 2);
+    check_against_one_process("host_meta", 2);
+}
+
 #[test]
 fn a_host_loop_equals_one_process() {
     check_against_one_process("host_clip_accumulate", 2);

@@ -77,15 +77,17 @@ typedef struct {
     bool checkpointed;    /* the blocks' activations recomputed in backward */
     const char *backward_prefetch; /* fsdp_backward_prefetch */
     bool forward_prefetch;         /* fsdp_forward_prefetch */
+    bool meta;                     /* built in a meta-init scope */
 } choice;
 
 static const choice CHOICES[] = {
-    {"ddp", "ddp", NULL, false, "BACKWARD_PRE", false},
-    {"fsdp_full", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", false},
-    {"fsdp_full_no_prefetch", "fsdp", "FULL_SHARD", false, "none", false},
-    {"fsdp_full_forward_prefetch", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", true},
-    {"fsdp_grad_op", "fsdp", "SHARD_GRAD_OP", false, "BACKWARD_PRE", false},
-    {"fsdp_full_checkpointed", "fsdp", "FULL_SHARD", true, "BACKWARD_PRE", false},
+    {"ddp", "ddp", NULL, false, "BACKWARD_PRE", false, false},
+    {"fsdp_full", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", false, false},
+    {"fsdp_full_no_prefetch", "fsdp", "FULL_SHARD", false, "none", false, false},
+    {"fsdp_full_forward_prefetch", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", true, false},
+    {"fsdp_grad_op", "fsdp", "SHARD_GRAD_OP", false, "BACKWARD_PRE", false, false},
+    {"fsdp_full_checkpointed", "fsdp", "FULL_SHARD", true, "BACKWARD_PRE", false, false},
+    {"fsdp_full_meta", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", false, true},
 };
 
 /* What the callbacks read and record. */
@@ -387,7 +389,7 @@ int main(int argc, char **argv) {
     if (c == NULL || end == NULL || *end != '\0' || steps < 2 || steps > MAX_STEPS) {
         fprintf(stderr,
                 "usage: fsdp_memory ddp|fsdp_full|fsdp_full_no_prefetch|fsdp_full_forward_prefetch|fsdp_grad_op|"
-                "fsdp_full_checkpointed STEPS   (STEPS 2..%d)\n",
+                "fsdp_full_checkpointed|fsdp_full_meta STEPS   (STEPS 2..%d)\n",
                 MAX_STEPS);
         return 2;
     }
@@ -421,7 +423,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp_memory: cannot read VmRSS from /proc/self/status\n");
         return 1;
     }
+    /* On the meta device, each unit gets its values as it is sharded. */
+    if (c->meta) check(fulmen_meta_init_begin(), "meta-init scope");
     b.model = build_model();
+    if (c->meta) check(fulmen_meta_init_end(), "meta-init scope");
     int64_t params = 0;
     check(fulmen_model_num_parameters(b.model, &params), "counting parameters");
 

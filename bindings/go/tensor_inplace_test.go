@@ -1,6 +1,7 @@
 package fulmen_test
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -93,5 +94,63 @@ func TestInPlaceEmaAndHostData(t *testing.T) {
 	}
 	if err := u.NormalInPlace(0, -1); err == nil {
 		t.Fatal("a negative std was accepted")
+	}
+}
+
+func TestBuildOnMeta(t *testing.T) {
+	noLeaks(t)
+	build := func() (*fulmen.Model, error) {
+		a, err := fulmen.NewLinear(3, 4, true)
+		if err != nil {
+			return nil, err
+		}
+		b, err := fulmen.NewLinear(4, 2, true)
+		if err != nil {
+			return nil, err
+		}
+		m, err := fulmen.NewSequential(a, b)
+		if err != nil {
+			return nil, err
+		}
+		w, err := m.StateDictGet("1.weight")
+		if err != nil {
+			return nil, err
+		}
+		defer w.Close()
+		return m, fulmen.Orthogonal(w, 0.5)
+	}
+	ok(t, fulmen.ManualSeed(3))
+	eager := must(build())
+	defer eager.Close()
+	ok(t, fulmen.ManualSeed(3))
+	var meta *fulmen.Model
+	ok(t, fulmen.BuildOnMeta(func() (err error) {
+		meta, err = build()
+		return err
+	}))
+	defer meta.Close()
+	if !must(meta.HoldsMeta()) {
+		t.Fatal("the model built on meta holds data")
+	}
+	ok(t, meta.Materialize())
+	if must(meta.HoldsMeta()) {
+		t.Fatal("still on meta after Materialize")
+	}
+	for _, name := range []string{"0.weight", "0.bias", "1.weight", "1.bias"} {
+		a := must(eager.StateDictGet(name))
+		b := must(meta.StateDictGet(name))
+		x, y := must(fulmen.ToSlice[float32](a)), must(fulmen.ToSlice[float32](b))
+		a.Close()
+		b.Close()
+		for i := range x {
+			if x[i] != y[i] {
+				t.Fatalf("%s[%d]: %v vs %v", name, i, x[i], y[i])
+			}
+		}
+	}
+	// The build's error comes back, and the scope is closed either way.
+	want := errors.New("the build failed")
+	if got := fulmen.BuildOnMeta(func() error { return want }); got != want {
+		t.Fatalf("BuildOnMeta returned %v", got)
 	}
 }

@@ -309,7 +309,10 @@ float fulmen_f32_from_bf16(uint16_t bits);
  * `tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape and
  * converted to its dtype and device, written into its storage (a parameter
  * from `fulmen_model_state_dict_get` changes in the model). `tensor` is
- * changed in place; nothing new is made.
+ * changed in place; nothing new is made. A meta tensor records the change for
+ * when its model is materialized (`fulmen_meta_init_begin`):
+ * FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+ * recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_TORCH (shapes that do not broadcast, a tensor that
  * cannot be written, e.g. an expanded view).
@@ -323,7 +326,10 @@ struct fulmen_error *fulmen_tensor_copy_(const struct fulmen_tensor *tensor,
  * `fulmen_dtype` `dtype` (converted to the tensor's dtype and device): sets a
  * parameter from a host buffer. `nbytes` must be the tensor's element count
  * times the size of `dtype`. `tensor` is changed in place; nothing new is
- * made.
+ * made. A meta tensor records the change for when its model is materialized
+ * (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+ * of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+ * a meta operand.
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (`nbytes` does not match),
@@ -338,7 +344,11 @@ struct fulmen_error *fulmen_tensor_copy_from_host(const struct fulmen_tensor *te
 
 /**
  * `tensor.fill_(value)` under no_grad (`nn.init.constant_`; `zeros_` and
- * `ones_` are 0 and 1). `tensor` is changed in place; nothing new is made.
+ * `ones_` are 0 and 1). `tensor` is changed in place; nothing new is made. A
+ * meta tensor records the change for when its model is materialized
+ * (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+ * of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+ * a meta operand.
  *
  * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
  * Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -347,7 +357,10 @@ struct fulmen_error *fulmen_tensor_fill_(const struct fulmen_tensor *tensor, dou
 
 /**
  * `tensor.zero_()` under no_grad. `tensor` is changed in place; nothing new is
- * made.
+ * made. A meta tensor records the change for when its model is materialized
+ * (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+ * of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+ * a meta operand.
  *
  * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
  * Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -357,7 +370,11 @@ struct fulmen_error *fulmen_tensor_zero_(const struct fulmen_tensor *tensor);
 /**
  * `tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha * other`,
  * `other` broadcast (an EMA update is `mul_scalar_(decay)`, then `add_(param,
- * 1 - decay)`). `tensor` is changed in place; nothing new is made.
+ * 1 - decay)`). `tensor` is changed in place; nothing new is made. A meta
+ * tensor records the change for when its model is materialized
+ * (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+ * of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+ * a meta operand.
  *
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
  * FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
@@ -369,7 +386,10 @@ struct fulmen_error *fulmen_tensor_add_(const struct fulmen_tensor *tensor,
 
 /**
  * `tensor.add_(value)` under no_grad. `tensor` is changed in place; nothing
- * new is made.
+ * new is made. A meta tensor records the change for when its model is
+ * materialized (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a
+ * change of part of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a
+ * view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
  * Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -378,7 +398,10 @@ struct fulmen_error *fulmen_tensor_add_scalar_(const struct fulmen_tensor *tenso
 
 /**
  * `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
- * `tensor` is changed in place; nothing new is made.
+ * `tensor` is changed in place; nothing new is made. A meta tensor records the
+ * change for when its model is materialized (`fulmen_meta_init_begin`):
+ * FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+ * recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
  * FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
@@ -389,7 +412,10 @@ struct fulmen_error *fulmen_tensor_mul_(const struct fulmen_tensor *tensor,
 
 /**
  * `tensor.mul_(value)` under no_grad. `tensor` is changed in place; nothing
- * new is made.
+ * new is made. A meta tensor records the change for when its model is
+ * materialized (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a
+ * change of part of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a
+ * view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
  * Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -398,7 +424,10 @@ struct fulmen_error *fulmen_tensor_mul_scalar_(const struct fulmen_tensor *tenso
 
 /**
  * `tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.
- * `tensor` is changed in place; nothing new is made.
+ * `tensor` is changed in place; nothing new is made. A meta tensor records the
+ * change for when its model is materialized (`fulmen_meta_init_begin`):
+ * FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+ * recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (min > max), FULMEN_CODE_TORCH (the
  * tensor cannot be written).
@@ -411,7 +440,10 @@ struct fulmen_error *fulmen_tensor_clamp_(const struct fulmen_tensor *tensor,
 /**
  * `tensor.uniform_(low, high)` under no_grad, from the global generator
  * (`fulmen_manual_seed`; the same seed gives PyTorch's values). `tensor` is
- * changed in place; nothing new is made.
+ * changed in place; nothing new is made. A meta tensor records the change for
+ * when its model is materialized (`fulmen_meta_init_begin`):
+ * FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+ * recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
  * FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high),
@@ -424,7 +456,10 @@ struct fulmen_error *fulmen_tensor_uniform_(const struct fulmen_tensor *tensor,
 
 /**
  * `tensor.normal_(mean, std)` under no_grad, from the global generator.
- * `tensor` is changed in place; nothing new is made.
+ * `tensor` is changed in place; nothing new is made. A meta tensor records the
+ * change for when its model is materialized (`fulmen_meta_init_begin`):
+ * FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+ * recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
  * FULMEN_CODE_INVALID_ARGUMENT (mean or std not finite, std negative).
@@ -568,8 +603,9 @@ struct fulmen_error *fulmen_tensor_device(const struct fulmen_tensor *tensor,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (`nbytes` is not the element count times the size
- * of `dtype`), FULMEN_CODE_TORCH (the copy to the host or the conversion
- * failed).
+ * of `dtype`), FULMEN_CODE_INVALID_STATE (the tensor lives on the meta
+ * device and holds no values), FULMEN_CODE_TORCH (the copy to the host or
+ * the conversion failed).
  */
 struct fulmen_error *fulmen_tensor_copy_to(const struct fulmen_tensor *tensor,
                                            int32_t dtype,

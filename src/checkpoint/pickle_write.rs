@@ -37,6 +37,7 @@ pub(super) fn with_host_bytes<R>(t: &Tensor, numel: usize, f: impl FnOnce(&[u8])
             t.numel()
         )));
     }
+    crate::nn::meta_init::refuse_meta(t, "torch.save")?;
     let kind = t.f_kind()?;
     let mut bytes = vec![0u8; numel * kind.elt_size_in_bytes()];
     if numel > 0 {

@@ -89,7 +89,8 @@ impl Ddp {
     /// Wraps `model` (already on this rank's device) as torch's
     /// `DistributedDataParallel(model)` does: checks the trainable
     /// parameters' shapes across ranks, copies rank 0's parameters then
-    /// buffers to every rank, and hooks gradient averaging.
+    /// buffers to every rank, and hooks gradient averaging. A model built
+    /// on the meta device is materialized first, in host memory.
     pub fn new(group: Arc<ProcessGroup>, model: &Module, options: DdpOptions) -> Result<Ddp> {
         let plan = options.bucket_plan()?;
         if options.find_unused_parameters && model.checkpoints_any() {
@@ -101,6 +102,9 @@ impl Ddp {
                  reentrant checkpoint); use strategy \"ddp\" or turn activation checkpointing off",
             ));
         }
+        // A model built on the meta device gets its values where it is
+        // built (a host loop's: in host memory) before rank 0's are sent.
+        model.materialize().map_err(|e| e.context("materializing the model built on the meta device"))?;
         let params = model.parameters();
         let trainable: Vec<Tensor> = params.iter().filter(|p| p.requires_grad()).map(Tensor::shallow_clone).collect();
         if trainable.is_empty() {

@@ -1,7 +1,7 @@
 //! Parameter initialisation matching PyTorch's defaults, drawn from
 //! libtorch's global RNG (so `tch::manual_seed` makes it reproducible).
 use crate::error::{Error, Result};
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 /// Bound of PyTorch's default `kaiming_uniform_(a = sqrt(5))` for a weight
 /// with `fan_in` inputs: `1 / sqrt(fan_in)` (0 when `fan_in` is 0). PyTorch
@@ -21,43 +21,46 @@ fn check_shape(shape: &[i64]) -> Result<()> {
     Ok(())
 }
 
-/// Turns a freshly made tensor into a leaf parameter that requires grad.
-pub(crate) fn leaf(t: Tensor) -> Result<Tensor> {
-    Ok(t.f_detach()?.f_set_requires_grad(true)?)
-}
-
-/// A float32 CPU parameter drawn from `U(-bound, bound)`.
+/// A float32 parameter drawn from `U(-bound, bound)`: on the CPU, or on
+/// the meta device inside a meta-init scope ([`super::meta_init`]).
 pub fn uniform(shape: &[i64], bound: f64) -> Result<Tensor> {
-    check_shape(shape)?;
-    let mut t = Tensor::f_empty(shape, (Kind::Float, Device::Cpu))?;
-    let _ = tch::no_grad(|| t.f_uniform_(-bound, bound))?;
-    leaf(t)
+    random(shape, move |t| Ok(t.shallow_clone().f_uniform_(-bound, bound).map(drop)?))
 }
 
-/// A float32 CPU parameter drawn from `N(mean, std^2)`.
+/// A float32 parameter drawn from `N(mean, std^2)` (as [`uniform`]).
 pub fn normal(shape: &[i64], mean: f64, std: f64) -> Result<Tensor> {
-    check_shape(shape)?;
-    let mut t = Tensor::f_empty(shape, (Kind::Float, Device::Cpu))?;
-    let _ = tch::no_grad(|| t.f_normal_(mean, std))?;
-    leaf(t)
+    random(shape, move |t| Ok(t.shallow_clone().f_normal_(mean, std).map(drop)?))
 }
 
-/// A float32 CPU parameter filled with ones.
+/// A float32 parameter given its values by `draw` (which sets every
+/// element, drawing from the CPU generator), as [`uniform`].
+pub(crate) fn random(shape: &[i64], draw: impl Fn(&Tensor) -> Result<()> + Send + 'static) -> Result<Tensor> {
+    check_shape(shape)?;
+    super::meta_init::create(shape, Kind::Float, true, true, draw)
+}
+
+/// A float32 parameter filled with ones (as [`uniform`]).
 pub fn ones(shape: &[i64]) -> Result<Tensor> {
-    check_shape(shape)?;
-    leaf(Tensor::f_ones(shape, (Kind::Float, Device::Cpu))?)
+    full(shape, 1.0)
 }
 
-/// A float32 CPU parameter filled with `value`.
+/// A float32 parameter filled with `value` (as [`uniform`]).
 pub fn full(shape: &[i64], value: f64) -> Result<Tensor> {
-    check_shape(shape)?;
-    leaf(Tensor::f_full(shape, value, (Kind::Float, Device::Cpu))?)
+    filled(shape, Kind::Float, true, value)
 }
 
-/// A float32 CPU parameter filled with zeros.
+/// A float32 parameter filled with zeros (as [`uniform`]).
 pub fn zeros(shape: &[i64]) -> Result<Tensor> {
+    full(shape, 0.0)
+}
+
+/// A tensor of `kind` filled with `value`, a parameter when
+/// `requires_grad` (else a buffer), as [`uniform`].
+pub(crate) fn filled(shape: &[i64], kind: Kind, requires_grad: bool, value: f64) -> Result<Tensor> {
     check_shape(shape)?;
-    leaf(Tensor::f_zeros(shape, (Kind::Float, Device::Cpu))?)
+    super::meta_init::create(shape, kind, requires_grad, false, move |t| {
+        Ok(t.shallow_clone().f_fill_(value).map(drop)?)
+    })
 }
 
 /// Serialises tests that draw from (or seed) libtorch's global RNG, so a

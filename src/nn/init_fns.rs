@@ -3,6 +3,7 @@
 //! same seed gives the same values. `uniform_`, `normal_`, `constant_`,
 //! `zeros_` and `ones_` are the tensor's own in-place ops
 //! (`crate::tensor::inplace`).
+use super::meta_init;
 use crate::error::{Error, Result};
 use crate::tensor::inplace;
 use tch::Tensor;
@@ -77,7 +78,13 @@ fn check_gain(gain: f64, what: &str) -> Result<()> {
 
 /// `nn.init.xavier_uniform_(t, gain)`: U(-a, a) with
 /// a = gain * sqrt(6 / (fan_in + fan_out)).
+/// A meta tensor records it ([`super::meta_init`]).
 pub fn xavier_uniform_(t: &Tensor, gain: f64) -> Result<()> {
+    meta_init::change(t, "xavier_uniform_", true, true, move |x| xavier_uniform_on(x, gain))
+}
+
+/// `xavier_uniform_` on a tensor that holds data.
+fn xavier_uniform_on(t: &Tensor, gain: f64) -> Result<()> {
     check_gain(gain, "xavier_uniform_")?;
     let (fan_in, fan_out) = fans(t)?;
     let std = gain * (2.0 / (fan_in + fan_out) as f64).sqrt();
@@ -87,7 +94,13 @@ pub fn xavier_uniform_(t: &Tensor, gain: f64) -> Result<()> {
 
 /// `nn.init.xavier_normal_(t, gain)`: N(0, std^2) with
 /// std = gain * sqrt(2 / (fan_in + fan_out)).
+/// A meta tensor records it ([`super::meta_init`]).
 pub fn xavier_normal_(t: &Tensor, gain: f64) -> Result<()> {
+    meta_init::change(t, "xavier_normal_", true, true, move |x| xavier_normal_on(x, gain))
+}
+
+/// `xavier_normal_` on a tensor that holds data.
+fn xavier_normal_on(t: &Tensor, gain: f64) -> Result<()> {
     check_gain(gain, "xavier_normal_")?;
     let (fan_in, fan_out) = fans(t)?;
     inplace::normal_(t, 0.0, gain * (2.0 / (fan_in + fan_out) as f64).sqrt())
@@ -108,7 +121,14 @@ fn kaiming_std(t: &Tensor, a: f64, mode: FanMode, nonlinearity: &str) -> Result<
 /// `nn.init.kaiming_uniform_(t, a, mode, nonlinearity)`: U(-b, b) with
 /// b = gain * sqrt(3 / fan); `a` is leaky_relu's negative slope. A tensor
 /// with no elements is left alone, as in PyTorch.
+/// A meta tensor records it ([`super::meta_init`]).
 pub fn kaiming_uniform_(t: &Tensor, a: f64, mode: FanMode, nonlinearity: &str) -> Result<()> {
+    let nonlinearity = nonlinearity.to_owned();
+    meta_init::change(t, "kaiming_uniform_", true, true, move |x| kaiming_uniform_on(x, a, mode, &nonlinearity))
+}
+
+/// `kaiming_uniform_` on a tensor that holds data.
+fn kaiming_uniform_on(t: &Tensor, a: f64, mode: FanMode, nonlinearity: &str) -> Result<()> {
     match kaiming_std(t, a, mode, nonlinearity)? {
         Some(std) => {
             let bound = 3f64.sqrt() * std;
@@ -120,7 +140,14 @@ pub fn kaiming_uniform_(t: &Tensor, a: f64, mode: FanMode, nonlinearity: &str) -
 
 /// `nn.init.kaiming_normal_(t, a, mode, nonlinearity)`: N(0, std^2) with
 /// std = gain / sqrt(fan).
+/// A meta tensor records it ([`super::meta_init`]).
 pub fn kaiming_normal_(t: &Tensor, a: f64, mode: FanMode, nonlinearity: &str) -> Result<()> {
+    let nonlinearity = nonlinearity.to_owned();
+    meta_init::change(t, "kaiming_normal_", true, true, move |x| kaiming_normal_on(x, a, mode, &nonlinearity))
+}
+
+/// `kaiming_normal_` on a tensor that holds data.
+fn kaiming_normal_on(t: &Tensor, a: f64, mode: FanMode, nonlinearity: &str) -> Result<()> {
     match kaiming_std(t, a, mode, nonlinearity)? {
         Some(std) => inplace::normal_(t, 0.0, std),
         None => Ok(()),
@@ -135,7 +162,13 @@ pub const TRUNC_NORMAL_MAX_ROUNDS: usize = 10_000;
 /// to [a, b] by PyTorch 2.13's rejection sampling (normal proposals when
 /// the interval holds more than 30% of the mass, uniform proposals on
 /// [a, b] otherwise), so the same seed gives the same values.
+/// A meta tensor records it ([`super::meta_init`]).
 pub fn trunc_normal_(t: &Tensor, mean: f64, std: f64, a: f64, b: f64) -> Result<()> {
+    meta_init::change(t, "trunc_normal_", true, true, move |x| trunc_normal_on(x, mean, std, a, b))
+}
+
+/// `trunc_normal_` on a tensor that holds data.
+fn trunc_normal_on(t: &Tensor, mean: f64, std: f64, a: f64, b: f64) -> Result<()> {
     for (name, v) in [("mean", mean), ("std", std), ("a", a), ("b", b)] {
         if !v.is_finite() {
             return Err(Error::invalid(format!("trunc_normal_: {name} {v} is not finite")));
@@ -227,7 +260,13 @@ fn libm_erf(x: f64) -> f64 {
 /// `nn.init.orthogonal_(t, gain)`: the Q of a QR decomposition of a normal
 /// matrix (rows = size(0), columns = the rest), signs fixed by R's
 /// diagonal, times `gain`.
+/// A meta tensor records it ([`super::meta_init`]).
 pub fn orthogonal_(t: &Tensor, gain: f64) -> Result<()> {
+    meta_init::change(t, "orthogonal_", true, true, move |x| orthogonal_on(x, gain))
+}
+
+/// `orthogonal_` on a tensor that holds data.
+fn orthogonal_on(t: &Tensor, gain: f64) -> Result<()> {
     check_gain(gain, "orthogonal_")?;
     let size = t.size();
     if size.len() < 2 {

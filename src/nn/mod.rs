@@ -18,6 +18,10 @@ mod host;
 pub mod init;
 pub mod init_fns;
 pub mod layers;
+mod materialize;
+pub mod meta_init;
+#[cfg(test)]
+mod meta_init_tests;
 mod module;
 mod safetensors_io;
 mod script_value;

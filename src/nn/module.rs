@@ -749,14 +749,22 @@ impl Module {
     /// Whether every parameter and buffer can move to `device` in place
     /// (`param.data = ...`), so that each may move on its own
     /// ([`move_in_place`]); false where libtorch refuses that between the
-    /// tensor types (the CPU and XLA).
+    /// tensor types (the CPU and XLA). Meta tensors answer for the CPU
+    /// tensors they become ([`Module::materialize`]).
     pub(crate) fn moves_in_place(&self, device: Device) -> Result<bool> {
         let probe = devices::to_device(&Tensor::f_empty([0], (Kind::Float, tch::Device::Cpu))?, device, false)?;
         let mut result = Ok(true);
         self.visit("", &mut |_, t, _| {
             if matches!(result, Ok(true)) {
-                result =
-                    t.f_kind().map_err(Into::into).and_then(|k| devices::set_data_compatible(t, &probe.f_to_kind(k)?));
+                // A meta tensor moves as the CPU tensor it becomes.
+                result = t.f_kind().map_err(Into::into).and_then(|k| {
+                    let t = if super::meta_init::is_meta(t) {
+                        Tensor::f_empty([0], (k, tch::Device::Cpu))?
+                    } else {
+                        t.shallow_clone()
+                    };
+                    devices::set_data_compatible(&t, &probe.f_to_kind(k)?)
+                });
             }
         });
         result
@@ -887,7 +895,7 @@ impl Module {
         }
     }
 
-    fn after_convert(&self) {
+    pub(super) fn after_convert(&self) {
         match &self.node {
             Node::Layer(l) => l.after_convert(),
             Node::Sequential(c) | Node::Named(c) => c.iter().for_each(|(_, m)| m.after_convert()),
@@ -919,9 +927,11 @@ pub(crate) struct ParamId {
 }
 
 /// A parameter's identity (`ParamId`). `None` for a sparse, oneDNN or
-/// empty tensor, which is never the same as another. A tensor whose data
-/// address cannot be read (meta, XLA) is known by its TensorImpl. Shallow
-/// clones of one tensor, and the names of a tied parameter, share it.
+/// empty tensor, which is never the same as another. A meta tensor is
+/// known by its storage and offset (its detached copies share them), a
+/// tensor whose data address cannot be read otherwise (XLA) by its
+/// TensorImpl. Shallow clones of one tensor, and the names of a tied
+/// parameter, share it.
 pub(crate) fn param_identity(t: &Tensor) -> Option<ParamId> {
     if t.is_sparse() || t.is_mkldnn() || t.numel() == 0 {
         return None;
@@ -1033,7 +1043,12 @@ fn convert_tensor(
         let grad = t.f_grad()?;
         let grad = if grad.defined() { Some(convert(&grad)?) } else { None };
         if devices::set_data_compatible(t, &data)? {
+            // A meta tensor's recorded values follow it to its new storage.
+            let before = if super::meta_init::is_meta(t) { Some(super::meta_init::storage_key(t)?) } else { None };
             t.shallow_clone().f_set_data(&data)?;
+            if let Some(before) = before {
+                super::meta_init::follow(before, t)?;
+            }
             if let Some(g) = grad {
                 t.f_grad()?.shallow_clone().f_set_data(&g)?;
             }

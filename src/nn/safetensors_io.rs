@@ -82,6 +82,7 @@ fn host_bytes(t: &Tensor, len: usize) -> Result<Vec<u8>> {
     if numel * kind.elt_size_in_bytes() != len {
         return Err(Error::state("safetensors: a tensor changed size while it was saved"));
     }
+    super::meta_init::refuse_meta(t, "safetensors")?;
     let mut data = vec![0u8; len];
     if numel > 0 {
         let host = tch::no_grad(|| t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous())?;

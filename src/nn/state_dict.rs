@@ -19,6 +19,8 @@ impl Module {
     /// (`ShapeMismatch` / `DtypeMismatch`, naming the key); with `strict`,
     /// missing or unexpected keys fail (`Format`, listing them). Everything is
     /// checked before anything is copied: on error the module is unchanged.
+    /// A meta tensor keeps a copy of its value for when the model is
+    /// materialized ([`super::meta_init`]).
     pub fn load_state_dict(&mut self, sd: &[(String, Tensor)], strict: bool) -> Result<LoadReport> {
         let mut given: HashMap<&str, &Tensor> = HashMap::with_capacity(sd.len());
         for (name, t) in sd {
@@ -61,12 +63,11 @@ impl Module {
                 report.missing, report.unexpected
             )));
         }
-        tch::no_grad(|| -> Result<()> {
-            for (dst, src) in pairs {
-                dst.shallow_clone().f_copy_(src)?;
-            }
-            Ok(())
-        })?;
+        // (A meta tensor records the copy: the values it takes when the
+        // model is materialized.)
+        for (dst, src) in pairs {
+            crate::tensor::inplace::copy_(dst, src)?;
+        }
         Ok(report)
     }
 }

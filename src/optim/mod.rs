@@ -415,6 +415,13 @@ pub(crate) fn check_params(existing: &[ParamGroup], params: &[Tensor]) -> Result
         if !p.defined() {
             return Err(Error::invalid(format!("parameter {i} is an undefined tensor")));
         }
+        if crate::nn::meta_init::is_meta(p) {
+            return Err(Error::state(format!(
+                "parameter {i} is on the meta device (the model was built in a meta-init scope): an optimizer \
+                 needs the parameters that will train; build it once the model holds values (the trainer's \
+                 configure_optimizers, after fulmen_fsdp wraps it, or after fulmen_model_materialize)"
+            )));
+        }
         if matches!(p.kind(), Kind::ComplexHalf | Kind::ComplexFloat | Kind::ComplexDouble) {
             return Err(Error::dtype(format!(
                 "parameter {i} is complex ({:?}); fulmen optimizers support real tensors only",

@@ -36,6 +36,15 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_tensor_sharing(
+        t: *const c_void,
+        use_count: *mut size_t,
+        is_view: *mut c_int,
+        storage: *mut usize,
+        storage_count: *mut size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_tensor_set_data_compatible(
         t: *const c_void,
         data: *const c_void,

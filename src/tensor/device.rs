@@ -368,6 +368,34 @@ pub fn impl_identity(t: &Tensor) -> Result<usize> {
     Ok(tensor_identity(t, true)?.0)
 }
 
+/// How `t` shares: the handles holding its TensorImpl, whether it is a
+/// view of another tensor, its StorageImpl's address (0 without storage; a
+/// meta tensor's detached copies share it) and the TensorImpls holding
+/// that.
+pub(crate) struct Sharing {
+    /// Handles holding the TensorImpl.
+    pub handles: usize,
+    /// Whether `t` is a view.
+    pub view: bool,
+    /// The StorageImpl's address.
+    pub storage: usize,
+    /// TensorImpls holding the storage.
+    pub storage_holders: usize,
+}
+
+/// How `t` shares ([`Sharing`]).
+pub(crate) fn sharing(t: &Tensor) -> Result<Sharing> {
+    let mut handles: libc::size_t = 0;
+    let mut view: c_int = 0;
+    let (mut storage, mut storage_holders): (usize, libc::size_t) = (0, 0);
+    // SAFETY: `as_ptr` is the `at::Tensor*` tch holds, alive through the call.
+    call("tensor sharing", |err, len| unsafe {
+        let t = t.as_ptr().cast();
+        shim::fulmen_cxx_tensor_sharing(t, &mut handles, &mut view, &mut storage, &mut storage_holders, err, len)
+    })?;
+    Ok(Sharing { handles, view: view != 0, storage, storage_holders })
+}
+
 fn tensor_identity(t: &Tensor, by_impl: bool) -> Result<(usize, bool)> {
     let mut out: usize = 0;
     let mut is_data: c_int = 0;

@@ -82,15 +82,19 @@ impl Placement {
         Ok(Placement { accelerator: acc, device, precision, torn_down: AtomicBool::new(false) })
     }
 
-    /// Moves the module's model to the device and casts it for `*-true`
-    /// precisions; on failure the device is torn down again.
+    /// Moves the module's model to the device (materialized first where it
+    /// was built on the meta device) and casts it for `*-true` precisions;
+    /// on failure the device is torn down again.
     pub fn prepare_model(&self, module: &dyn LightningModule) -> Result<()> {
         self.move_model(module).map_err(|e| self.teardown_after(module, e))
     }
 
     fn move_model(&self, module: &dyn LightningModule) -> Result<()> {
         if let Some(m) = module.model() {
-            m.lock().unwrap_or_else(|p| p.into_inner()).to_device(self.device)?;
+            let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
+            // A model built on the meta device gets its values first.
+            m.materialize().map_err(|e| e.context("materializing the model built on the meta device"))?;
+            m.to_device(self.device)?;
         }
         self.cast(module)
     }

@@ -92,7 +92,12 @@ fn output_doc(op: &TensorOp) -> String {
         Output::One => "The result is a new tensor written to `*out`.".into(),
         Output::Pair(a, b) => format!("The results are new tensors written to `*{a}` and `*{b}`."),
         Output::List => "The pieces are new tensors written to `outs[0..*count_out]`: `*count_out` gets their count, and when it exceeds `capacity` nothing else is written (call again with `*count_out` slots).".into(),
-        Output::InPlace => format!("`{}` is changed in place; nothing new is made.", first_name(op)),
+        Output::InPlace => format!(
+            "`{}` is changed in place; nothing new is made. A meta tensor records the change for when its \
+             model is materialized (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part \
+             of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.",
+            first_name(op)
+        ),
     }
 }
 

@@ -64,3 +64,26 @@ TEST_F(InitTest, EmaAndHostData) {
     EXPECT_THROW(w.copy_from(std::vector<float>{1, 2}), fulmen::Error);
     EXPECT_THROW(w.normal_(0, -1), fulmen::Error);
 }
+
+TEST_F(InitTest, BuiltOnTheMetaDevice) {
+    auto build = [] {
+        Model m = Model::sequential();
+        m.push(Model::linear(3, 4)).push(Model::linear(4, 2));
+        fulmen::init::orthogonal_(m.state_dict_get("1.weight"), 0.5);
+        return m;
+    };
+    fulmen::manual_seed(3);
+    Model eager = build();
+    fulmen::manual_seed(3);
+    Model meta = [&] {
+        fulmen::MetaInit scope;
+        return build();
+    }();
+    EXPECT_TRUE(meta.holds_meta());
+    EXPECT_THROW(meta.state_dict_get("0.bias").to_vector<float>(), fulmen::Error); // no values yet
+    meta.materialize();
+    EXPECT_FALSE(meta.holds_meta());
+    for (const char* name : {"0.weight", "0.bias", "1.weight", "1.bias"}) {
+        EXPECT_EQ(meta.state_dict_get(name).to_vector<float>(), eager.state_dict_get(name).to_vector<float>()) << name;
+    }
+}

@@ -5,6 +5,7 @@
 pub mod gen_options;
 pub mod host_module;
 pub mod init;
+pub mod meta_init;
 pub mod model;
 pub mod model_params;
 pub mod sequence_layers;

@@ -892,6 +892,8 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8),
 /// FULMEN_CODE_IO (the file cannot be written),
 /// FULMEN_CODE_DTYPE_MISMATCH (a dtype the format cannot hold),
+/// FULMEN_CODE_INVALID_STATE (the model was built on the meta device and
+/// not materialized: nothing is written),
 /// FULMEN_CODE_TORCH (a tensor cannot be copied to the host).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *const c_char) -> *mut fulmen_error {

@@ -10,7 +10,10 @@ use std::ffi::c_void;
 /// `tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape and
 /// converted to its dtype and device, written into its storage (a parameter
 /// from `fulmen_model_state_dict_get` changes in the model). `tensor` is
-/// changed in place; nothing new is made.
+/// changed in place; nothing new is made. A meta tensor records the change for
+/// when its model is materialized (`fulmen_meta_init_begin`):
+/// FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+/// recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_TORCH (shapes that do not broadcast, a tensor that
 /// cannot be written, e.g. an expanded view).
@@ -31,7 +34,10 @@ pub unsafe extern "C" fn fulmen_tensor_copy_(
 /// `fulmen_dtype` `dtype` (converted to the tensor's dtype and device): sets a
 /// parameter from a host buffer. `nbytes` must be the tensor's element count
 /// times the size of `dtype`. `tensor` is changed in place; nothing new is
-/// made.
+/// made. A meta tensor records the change for when its model is materialized
+/// (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+/// of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+/// a meta operand.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (`nbytes` does not match),
@@ -53,7 +59,11 @@ pub unsafe extern "C" fn fulmen_tensor_copy_from_host(
 }
 
 /// `tensor.fill_(value)` under no_grad (`nn.init.constant_`; `zeros_` and
-/// `ones_` are 0 and 1). `tensor` is changed in place; nothing new is made.
+/// `ones_` are 0 and 1). `tensor` is changed in place; nothing new is made. A
+/// meta tensor records the change for when its model is materialized
+/// (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+/// of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+/// a meta operand.
 ///
 /// Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
 /// Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -69,7 +79,10 @@ pub unsafe extern "C" fn fulmen_tensor_fill_(
 }
 
 /// `tensor.zero_()` under no_grad. `tensor` is changed in place; nothing new is
-/// made.
+/// made. A meta tensor records the change for when its model is materialized
+/// (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+/// of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+/// a meta operand.
 ///
 /// Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
 /// Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -85,7 +98,11 @@ pub unsafe extern "C" fn fulmen_tensor_zero_(
 
 /// `tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha * other`,
 /// `other` broadcast (an EMA update is `mul_scalar_(decay)`, then `add_(param,
-/// 1 - decay)`). `tensor` is changed in place; nothing new is made.
+/// 1 - decay)`). `tensor` is changed in place; nothing new is made. A meta
+/// tensor records the change for when its model is materialized
+/// (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a change of part
+/// of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a view of one or
+/// a meta operand.
 ///
 /// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
 /// FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
@@ -104,7 +121,10 @@ pub unsafe extern "C" fn fulmen_tensor_add_(
 }
 
 /// `tensor.add_(value)` under no_grad. `tensor` is changed in place; nothing
-/// new is made.
+/// new is made. A meta tensor records the change for when its model is
+/// materialized (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a
+/// change of part of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a
+/// view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
 /// Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -120,7 +140,10 @@ pub unsafe extern "C" fn fulmen_tensor_add_scalar_(
 }
 
 /// `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
-/// `tensor` is changed in place; nothing new is made.
+/// `tensor` is changed in place; nothing new is made. A meta tensor records the
+/// change for when its model is materialized (`fulmen_meta_init_begin`):
+/// FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+/// recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
 /// FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
@@ -138,7 +161,10 @@ pub unsafe extern "C" fn fulmen_tensor_mul_(
 }
 
 /// `tensor.mul_(value)` under no_grad. `tensor` is changed in place; nothing
-/// new is made.
+/// new is made. A meta tensor records the change for when its model is
+/// materialized (`fulmen_meta_init_begin`): FULMEN_CODE_INVALID_STATE for a
+/// change of part of one with no values recorded, FULMEN_CODE_UNSUPPORTED for a
+/// view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
 /// Thread rules: the caller keeps other threads off `tensor` meanwhile.
@@ -154,7 +180,10 @@ pub unsafe extern "C" fn fulmen_tensor_mul_scalar_(
 }
 
 /// `tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.
-/// `tensor` is changed in place; nothing new is made.
+/// `tensor` is changed in place; nothing new is made. A meta tensor records the
+/// change for when its model is materialized (`fulmen_meta_init_begin`):
+/// FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+/// recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (min > max), FULMEN_CODE_TORCH (the
 /// tensor cannot be written).
@@ -173,7 +202,10 @@ pub unsafe extern "C" fn fulmen_tensor_clamp_(
 
 /// `tensor.uniform_(low, high)` under no_grad, from the global generator
 /// (`fulmen_manual_seed`; the same seed gives PyTorch's values). `tensor` is
-/// changed in place; nothing new is made.
+/// changed in place; nothing new is made. A meta tensor records the change for
+/// when its model is materialized (`fulmen_meta_init_begin`):
+/// FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+/// recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
 /// FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high),
@@ -192,7 +224,10 @@ pub unsafe extern "C" fn fulmen_tensor_uniform_(
 }
 
 /// `tensor.normal_(mean, std)` under no_grad, from the global generator.
-/// `tensor` is changed in place; nothing new is made.
+/// `tensor` is changed in place; nothing new is made. A meta tensor records the
+/// change for when its model is materialized (`fulmen_meta_init_begin`):
+/// FULMEN_CODE_INVALID_STATE for a change of part of one with no values
+/// recorded, FULMEN_CODE_UNSUPPORTED for a view of one or a meta operand.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
 /// FULMEN_CODE_INVALID_ARGUMENT (mean or std not finite, std negative).

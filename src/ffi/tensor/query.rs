@@ -136,8 +136,9 @@ pub unsafe extern "C" fn fulmen_tensor_device(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (`nbytes` is not the element count times the size
-/// of `dtype`), FULMEN_CODE_TORCH (the copy to the host or the conversion
-/// failed).
+/// of `dtype`), FULMEN_CODE_INVALID_STATE (the tensor lives on the meta
+/// device and holds no values), FULMEN_CODE_TORCH (the copy to the host or
+/// the conversion failed).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_copy_to(
     tensor: *const fulmen_tensor,
@@ -161,6 +162,7 @@ pub unsafe extern "C" fn fulmen_tensor_copy_to(
             return Ok(());
         }
         handle::check_out(dst, "dst")?;
+        crate::nn::meta_init::refuse_meta(&t, "copying a tensor's values out")?;
         let host = t.f_detach()?.f_to_device(tch::Device::Cpu)?.f_to_kind(dt.kind())?.f_contiguous()?;
         let buf = std::slice::from_raw_parts_mut(dst as *mut u8, want);
         host.f_copy_data_u8(buf, numel)?;

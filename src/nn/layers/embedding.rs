@@ -37,10 +37,14 @@ impl Embedding {
             Some(p) if p < 0 => Some(p + num_embeddings),
             other => other,
         };
-        let weight = init::normal(&[num_embeddings, dim], 0.0, 1.0)?;
-        if let Some(p) = padding_idx {
-            tch::no_grad(|| weight.f_select(0, p)?.f_zero_().map(|_| ()))?;
-        }
+        // Drawn whole, then the padding row zeroed, as PyTorch does.
+        let weight = init::random(&[num_embeddings, dim], move |w| {
+            let _ = w.shallow_clone().f_normal_(0.0, 1.0)?;
+            if let Some(p) = padding_idx {
+                let _ = w.f_select(0, p)?.f_zero_()?;
+            }
+            Ok(())
+        })?;
         Ok(Embedding { num_embeddings, padding_idx, weight })
     }
 }

@@ -4,7 +4,7 @@ use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
 use std::sync::Arc;
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 /// Batch normalisation over dimension 1 of `(N, C)`, `(N, C, L)`,
 /// `(N, C, H, W)` or `(N, C, D, H, W)` input, PyTorch's `BatchNorm1d/2d/3d`.
@@ -38,11 +38,10 @@ pub(crate) struct RunningStats {
 impl RunningStats {
     /// running_mean (zeros), running_var (ones), num_batches_tracked (int64 0).
     pub(crate) fn new(num_features: i64) -> Result<RunningStats> {
-        let opts = (Kind::Float, Device::Cpu);
         Ok(RunningStats {
-            mean: Tensor::f_zeros([num_features], opts)?,
-            var: Tensor::f_ones([num_features], opts)?,
-            num_batches_tracked: Tensor::f_zeros([], (Kind::Int64, Device::Cpu))?,
+            mean: init::filled(&[num_features], Kind::Float, false, 0.0)?,
+            var: init::filled(&[num_features], Kind::Float, false, 1.0)?,
+            num_batches_tracked: init::filled(&[], Kind::Int64, false, 0.0)?,
         })
     }
 

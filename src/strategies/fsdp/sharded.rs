@@ -11,7 +11,7 @@ use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups, UnitLinks, UnitSet
 use super::wrap;
 use crate::distributed::{DistContext, ProcessGroup};
 use crate::error::{Error, Result};
-use crate::nn::move_in_place;
+use crate::nn::{move_in_place, Module};
 use crate::optim::Optimizer;
 use crate::tensor::device::{impl_identity, zeros_on_device_of, Device};
 use crate::trainer::SharedModel;
@@ -133,6 +133,9 @@ impl ShardedModel {
                  first",
             ));
         }
+        // A model built on the meta device gets its values in host memory,
+        // unit by unit, as it is sharded.
+        let place_on = if m.holds_meta() { place_on.or(Some(Device::Cpu)) } else { place_on };
         let off_device = match place_on {
             Some(d) => !everything_on(&m, d)?,
             None => false,
@@ -149,6 +152,7 @@ impl ShardedModel {
         let place_on = match place_on {
             // Where tensors cannot move one by one (XLA), the whole model first.
             Some(d) if !m.moves_in_place(d)? => {
+                m.materialize().map_err(materializing)?;
                 m.to_device(d)?;
                 None
             }
@@ -164,10 +168,18 @@ impl ShardedModel {
         }
         // Planned once the tensors are those the model keeps.
         let whole = options.sharding_strategy == ShardingStrategy::NoShard;
-        let (planned_units, replicated) = if whole { (Vec::new(), m.parameters()) } else { wrap::plan(&m, options) };
+        let plan = |m: &Module| if whole { (Vec::new(), m.parameters()) } else { wrap::plan(m, options) };
+        let (mut planned_units, mut replicated) = plan(&m);
+        if m.holds_meta() {
+            // Everything but the units' parameters gets its values now, each
+            // unit's just before the unit shards them; planned again, for
+            // the tensors the model now keeps.
+            let held = held_by(&planned_units)?;
+            m.materialize_where(&|t| impl_identity(t).is_ok_and(|id| !held.contains(&id))).map_err(materializing)?;
+            (planned_units, replicated) = plan(&m);
+        }
         if let Some(d) = place_on {
-            let held: HashSet<usize> =
-                planned_units.iter().flat_map(|u| &u.params).map(impl_identity).collect::<Result<_>>()?;
+            let held = held_by(&planned_units)?;
             m.move_to_device_except(d, &|t| impl_identity(t).is_ok_and(|id| held.contains(&id)))
                 .map_err(|e| e.context("moving the buffers and the parameters kept whole to the device"))?;
         }
@@ -226,8 +238,10 @@ impl ShardedModel {
                 cpu_offload: options.cpu_offload,
             };
             let path = planned.path.clone();
-            let unit = place_unit(&planned.params, place_on, sync_values)
-                .and_then(|()| FsdpUnit::new(planned.path, planned.params, unit_groups, settings, links));
+            let unit = materialized(&m, planned.params).and_then(|params| {
+                place_unit(&params, place_on, sync_values)?;
+                FsdpUnit::new(planned.path, params, unit_groups, settings, links)
+            });
             match unit {
                 Ok(unit) => made.units.push(unit),
                 Err(e) => {
@@ -553,6 +567,28 @@ fn stand_ins(params: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     let cpu = Tensor::f_zeros([], (tch::Kind::Float, tch::Device::Cpu))?;
     let probe = crate::tensor::device::to_device(&cpu, device, false)?;
     params.iter().map(|p| Ok(zeros_on_device_of(&[], p.f_kind()?, &probe)?.f_expand(p.size(), false)?)).collect()
+}
+
+/// The TensorImpls of the planned units' parameters.
+fn held_by(units: &[wrap::PlannedUnit]) -> Result<HashSet<usize>> {
+    units.iter().flat_map(|u| &u.params).map(impl_identity).collect()
+}
+
+/// The error of a model built on the meta device that could not get its
+/// values.
+fn materializing(e: Error) -> Error {
+    e.context("materializing the model built on the meta device")
+}
+
+/// A unit's parameters with values: those on the meta device replaced in
+/// the model by the CPU tensors their recorded values make.
+fn materialized(m: &Module, params: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    if !params.iter().any(crate::nn::meta_init::is_meta) {
+        return Ok(params);
+    }
+    let ids = params.iter().map(impl_identity).collect::<Result<HashSet<usize>>>()?;
+    let made = m.materialize_where(&|t| impl_identity(t).is_ok_and(|id| ids.contains(&id))).map_err(materializing)?;
+    params.into_iter().map(|p| Ok(made.get(&impl_identity(&p)?).map(Tensor::shallow_clone).unwrap_or(p))).collect()
 }
 
 /// A unit's parameters moved to `place_on` (when it is given) just before

@@ -16,6 +16,20 @@ enum class FanMode : int32_t {
     FanOut = FULMEN_FAN_MODE_FAN_OUT,
 };
 
+/// A meta-init scope of the calling thread (RAII), as PyTorch's `with
+/// torch.device("meta")` and Lightning's `init_module(empty_init=True)`:
+/// the layers made while it lives hold no memory; the trainer, `Fsdp`,
+/// `Ddp` or `Model::materialize` give them the values an eager build
+/// would have (fulmen_meta_init_begin). Scopes nest; destroy them on the
+/// thread that made them, innermost first.
+class MetaInit {
+public:
+    MetaInit() { check(fulmen_meta_init_begin()); }
+    MetaInit(const MetaInit&) = delete;
+    MetaInit& operator=(const MetaInit&) = delete;
+    ~MetaInit() { fulmen_error_free(fulmen_meta_init_end()); }
+};
+
 namespace init {
 
 /// nn.init.calculate_gain(nonlinearity, param); NaN param: the default.

@@ -440,6 +440,14 @@ public:
     }
     /// Whether the model is in training mode.
     bool is_training() const { return query<bool>(fulmen_model_is_training); }
+    /// Gives the parameters and buffers built in a `MetaInit` scope their
+    /// values, on the CPU (fulmen_model_materialize).
+    Model& materialize() {
+        check(fulmen_model_materialize(get()));
+        return *this;
+    }
+    /// Whether a parameter or buffer is on the meta device.
+    bool holds_meta() const { return query<bool>(fulmen_model_holds_meta); }
 
     // ---- parameters and state --------------------------------------------
 
