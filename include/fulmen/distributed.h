@@ -255,8 +255,10 @@ struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *st
                                               bool *deleted);
 
 /**
- * Shards `model` (already on this rank's device) across the joined job as
- * torch's `fully_shard` does, with `strategy`'s FSDP settings
+ * Shards `model` (already on this rank's device, or built on the meta
+ * device: each unit then gets its values just before it is sharded and
+ * goes to this rank's device, the CUDA device under nccl) across the
+ * joined job as torch's `fully_shard` does, with `strategy`'s FSDP settings
  * (`sharding_strategy`, `auto_wrap_policy`, `min_num_params`,
  * `activation_checkpointing_policy`, `param_dtype`, `reduce_dtype`,
  * `forward_prefetch`, `backward_prefetch`, `sync_module_states`,

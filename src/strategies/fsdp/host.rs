@@ -7,6 +7,7 @@ use crate::distributed::DistContext;
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 use crate::strategies::StrategySpec;
+use crate::tensor::device::Device;
 use crate::trainer::SharedModel;
 use std::sync::Arc;
 
@@ -36,11 +37,16 @@ fn address_of(o: &dyn Optimizer) -> usize {
 impl FsdpHostLoop {
     /// Shards `model` (on this rank's device) in the job of `ctx` with
     /// `spec`'s FSDP settings (and its `sync_batchnorm` and `num_nodes`),
-    /// after copying rank 0's parameters and buffers to every rank.
+    /// after copying rank 0's parameters and buffers to every rank. A model
+    /// built on the meta device gets its values unit by unit and goes to
+    /// the device the job's collectives use (this rank's CUDA device under
+    /// nccl, the CPU under gloo).
     pub fn new(ctx: Arc<DistContext>, model: SharedModel, spec: &StrategySpec) -> Result<Self> {
         spec.fsdp.validate()?;
         let groups = FsdpGroups::new(&ctx, &spec.fsdp, spec.num_nodes).map_err(|e| ctx.explain(e))?;
-        let sharded = ShardedModel::wrap(model, &groups, &spec.fsdp, spec.ddp.sync_batchnorm, None)
+        let on_meta = model.lock().unwrap_or_else(|p| p.into_inner()).holds_meta();
+        let place_on = on_meta.then(|| Device::from_tch(ctx.group.device()));
+        let sharded = ShardedModel::wrap(model, &groups, &spec.fsdp, spec.ddp.sync_batchnorm, place_on)
             .map_err(|e| ctx.explain(e.context("sharding the model (fsdp)")))?;
         Ok(FsdpHostLoop {
             sharded,
