@@ -80,6 +80,7 @@ const CXX_GROUPS: [&[&str]; 2] = [
         "compiled_step.cpp",
         "exported.cpp",
         "checkpoint.cpp",
+        "trace.cpp",
         "sync_reduce.cpp",
         "fake_device.cpp",
         "autocast.cpp",

@@ -20,15 +20,6 @@
 #include <utility>
 #include <vector>
 
-extern "C" {
-// The Rust forward: reads the `n` tensors of `inputs` (`at::Tensor*`,
-// borrowed for the call), pushes each output with
-// fulmen_cxx_tensor_list_push on `outputs`; returns FULMEN_CXX_OK or writes
-// a message to `err`.
-typedef int (*fulmen_cxx_forward_fn)(void* ctx, const void* const* inputs, size_t n, void* outputs, char* err,
-                                     size_t err_len);
-}
-
 namespace {
 
 using torch::autograd::AutogradContext;

@@ -42,6 +42,13 @@ struct fulmen_cxx_collectives {
   int (*reduce_scatter)(void* ctx, const void* input, void* output, int op, char* err, size_t err_len);
   void (*release)(void* ctx);
 };
+
+// A Rust forward (a checkpointed one, or the one a trace records): reads
+// the `n` tensors of `inputs` (`at::Tensor*`, borrowed for the call),
+// pushes each output with fulmen_cxx_tensor_list_push on `outputs`;
+// returns FULMEN_CXX_OK or writes a message to `err`.
+typedef int (*fulmen_cxx_forward_fn)(void* ctx, const void* const* inputs, size_t n, void* outputs, char* err,
+                                     size_t err_len);
 }
 
 namespace fulmen_cxx {

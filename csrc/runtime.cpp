@@ -13,6 +13,7 @@
 #include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include "torch_version.hpp"
 
 namespace {
@@ -21,6 +22,10 @@ namespace {
 struct ThreadState {
   at::ThreadLocalState torch;
   fulmen_cxx::FlopThreadState flops;
+  // Whether the thread was tracing a model (csrc/trace.cpp): the tracer's
+  // state is the thread's own and records into one graph, so it is not
+  // lent; a thread joining such a callback is refused instead.
+  bool tracing = false;
 };
 
 }  // namespace
@@ -138,7 +143,7 @@ int fulmen_cxx_cpu_rng_set_state(const void* state, char* err, size_t err_len) {
 int fulmen_cxx_tls_capture(void** out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   TORCH_CHECK(out != nullptr, "tls_capture: out is NULL");
-  *out = new ThreadState{at::ThreadLocalState(), fulmen_cxx::flops_thread_state()};
+  *out = new ThreadState{at::ThreadLocalState(), fulmen_cxx::flops_thread_state(), torch::jit::tracer::isTracing()};
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -155,6 +160,11 @@ int fulmen_cxx_tls_apply(const void* state, void** previous, char* err, size_t e
   TORCH_CHECK(state != nullptr && previous != nullptr, "tls_apply: NULL argument");
   auto before = std::make_unique<ThreadState>(ThreadState{at::ThreadLocalState(), fulmen_cxx::flops_thread_state()});
   const auto& lent = *static_cast<const ThreadState*>(state);
+  if (lent.tracing) {
+    throw fulmen_cxx::StateError(
+        "the callback runs inside a trace (fulmen_model_to_torchscript), whose ops are recorded only on the "
+        "tracing thread: run the forward's ops on the callback's own thread");
+  }
   at::ThreadLocalState::setThreadLocalState(lent.torch);
   fulmen_cxx::set_flops_thread_state(lent.flops);
   *previous = before.release();

@@ -351,6 +351,26 @@ func (m *Model) AddCompiledStep(path, method string) error {
 	return err
 }
 
+// ToTorchScript traces the model's forward on exampleInputs into a new
+// TorchScript model in evaluation mode holding copies of the weights
+// (fulmen_model_to_torchscript; Lightning's to_torchscript(method="trace")):
+// save it with SaveTorchScript for PyTorch's torch.jit.load.
+func (m *Model) ToTorchScript(exampleInputs ...*Tensor) (*Model, error) {
+	for i, t := range exampleInputs {
+		if err := checkOptional(t, fmt.Sprintf("exampleInputs[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	arr, n, hs := tensorArray(exampleInputs)
+	traced, err := makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_to_torchscript(m.ptr(), arr, n, o)
+	})
+	runtime.KeepAlive(hs)
+	runtime.KeepAlive(exampleInputs)
+	runtime.KeepAlive(m)
+	return traced, err
+}
+
 // SaveTorchScript saves a TorchScript model as a .pt file that PyTorch's
 // torch.jit.load reads.
 func (m *Model) SaveTorchScript(file string) error {

@@ -229,3 +229,52 @@ func TestExportedProgramTrainsThroughFit(t *testing.T) {
 		t.Fatal("a TorchScript file loaded as an exported program")
 	}
 }
+
+func TestTracedModelSavesAndLoadsBack(t *testing.T) {
+	m := must(fulmen.NewSequential(
+		must(fulmen.NewLinear(3, 8, true)),
+		must(fulmen.NewBatchNorm(8, 1e-5, 0.1)),
+		must(fulmen.NewActivation(fulmen.ReLU, 0)),
+		must(fulmen.NewDropout(0.5)),
+		must(fulmen.NewLinear(8, 2, true))))
+	defer m.Close()
+	x := must(fulmen.Randn(fulmen.Float32, 4, 3))
+	defer x.Close()
+	shifted := must(fulmen.Randn(fulmen.Float32, 6, 3))
+	defer shifted.Close()
+	must(m.Forward(shifted)).Close() // running statistics move
+	traced := must(m.ToTorchScript(x))
+	defer traced.Close()
+	if training := must(m.IsTraining()); !training {
+		t.Fatal("the model was left in evaluation mode")
+	}
+	if training := must(traced.IsTraining()); training {
+		t.Fatal("the trace starts in training mode")
+	}
+	if a, b := must(traced.StateDictNames()), must(m.StateDictNames()); !reflect.DeepEqual(a, b) {
+		t.Fatalf("names %v, want %v", a, b)
+	}
+	ok(t, m.SetTraining(false))
+	path := filepath.Join(t.TempDir(), "traced.pt")
+	ok(t, traced.SaveTorchScript(path))
+	back := must(fulmen.LoadTorchScript(path))
+	defer back.Close()
+	ok(t, back.SetTraining(false))
+	for _, model := range []*fulmen.Model{traced, back} {
+		got, want := must(model.Forward(x)), must(m.Forward(x))
+		if a, b := must(fulmen.ToSlice[float32](got)), must(fulmen.ToSlice[float32](want)); !reflect.DeepEqual(a, b) {
+			t.Fatalf("traced forward %v, the model's %v", a, b)
+		}
+		got.Close()
+		want.Close()
+	}
+	var fe *fulmen.Error
+	if _, err := m.ToTorchScript(); !asError(err, &fe) || fe.Code != fulmen.CodeInvalidArgument {
+		t.Fatalf("a trace without inputs: %v", err)
+	}
+	wrong := must(fulmen.Randn(fulmen.Float32, 4, 5))
+	defer wrong.Close()
+	if _, err := m.ToTorchScript(wrong); !asError(err, &fe) || fe.Code != fulmen.CodeShapeMismatch {
+		t.Fatalf("a wrong input: %v", err)
+	}
+}

@@ -17,6 +17,11 @@
  */
 #define FULMEN_MAX_METHOD_ARGS 64
 
+/**
+ * The most example inputs `fulmen_model_to_torchscript` takes.
+ */
+#define FULMEN_MAX_TRACE_INPUTS 16
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -154,6 +159,41 @@ struct fulmen_error *fulmen_model_call_method(const struct fulmen_model *model,
 struct fulmen_error *fulmen_model_save_torchscript(const struct fulmen_model *model,
                                                    const char *path,
                                                    const char *file);
+
+/**
+ * Traces the model's forward on `example_inputs[0..n_inputs]` (borrowed)
+ * into a new TorchScript model, as Lightning's
+ * `to_torchscript(method="trace")` runs `torch.jit.trace`: the model is
+ * put in evaluation mode and run once with gradients off while libtorch
+ * records its ops (fulmen's layers, host forward callbacks, TorchScript
+ * and exported programs alike), then put back in its mode. The new model
+ * holds copies of the parameters and buffers under their state_dict names
+ * (tied ones stay tied), its `forward` is the recorded graph (one tensor,
+ * or a tuple when the forward gives several, as
+ * `fulmen_model_forward_multi`), and it starts in evaluation mode. Save it
+ * with `fulmen_model_save_torchscript` for PyTorch's `torch.jit.load` or
+ * libtorch's `torch::jit::load`. The trace is only as general as one run:
+ * control flow that depends on values, and tensors made on the host, are
+ * frozen as they were for these inputs. After the trace, the new model
+ * runs the example inputs and must give the forward's results (within
+ * 1e-5), else the call fails. The caller owns `*out`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (no
+ * input or more than FULMEN_MAX_TRACE_INPUTS), FULMEN_CODE_INVALID_STATE
+ * (the model is on the meta device, or a host callback called this
+ * inside a trace, or a thread attached to a callback of the traced
+ * forward (`fulmen_callback_attach`), whose ops the trace could not
+ * record), FULMEN_CODE_UNSUPPORTED (the traced forward does not give the
+ * model's results on the example inputs), the forward's own errors (as
+ * `fulmen_model_forward_multi`), FULMEN_CODE_TORCH (the tracer refused
+ * an op). On error `*out` is not written and the model is as it was.
+ * Thread rules: the model is locked for the call; the forward runs on
+ * the calling thread.
+ */
+struct fulmen_error *fulmen_model_to_torchscript(const struct fulmen_model *model,
+                                                 const struct fulmen_tensor *const *example_inputs,
+                                                 size_t n_inputs,
+                                                 struct fulmen_model **out);
 
 /**
  * Moves every parameter and buffer of the model to the device

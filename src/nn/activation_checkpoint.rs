@@ -71,23 +71,13 @@ unsafe extern "C" fn forward(
     err_len: size_t,
 ) -> c_int {
     let recompute = &*(ctx as *const Mutex<Recompute>);
-    let tensors: Vec<Tensor> = if n == 0 {
-        Vec::new()
-    } else {
-        std::slice::from_raw_parts(inputs, n).iter().map(|p| Tensor::clone_from_ptr(p.cast_mut().cast())).collect()
-    };
+    let tensors = shim::forward_inputs(inputs, n);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let r = recompute.lock().map_err(|_| Error::state("a checkpointed forward panicked before"))?;
         r.run(&tensors)
     }))
     .unwrap_or_else(|_| Err(Error::new(ErrorCode::Panic, "a checkpointed forward panicked")));
-    let pushed = result.and_then(|outs| {
-        outs.iter().try_for_each(|o| {
-            shim::call("a checkpointed forward's output", |e, l| {
-                shim::fulmen_cxx_tensor_list_push(outputs, o.as_ptr() as *const c_void, e, l)
-            })
-        })
-    });
+    let pushed = result.and_then(|outs| shim::push_forward_outputs(outputs, &outs));
     match pushed {
         Ok(()) => 0,
         Err(e) => {

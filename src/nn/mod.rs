@@ -28,6 +28,9 @@ mod script_value;
 mod shard_hook;
 mod state_dict;
 mod torchscript;
+mod trace;
+#[cfg(test)]
+mod trace_tests;
 mod weights_io;
 pub(crate) use exported::{exported_parent, InnerUnit, ModuleTree};
 pub(crate) use shard_hook::{ShardHook, ShardLink};
@@ -55,3 +58,4 @@ pub(crate) use script_value::NodeBudget;
 pub use script_value::{Value, ValueKind, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
 pub use state_dict::LoadReport;
 pub use torchscript::MAX_METHOD_ARGS;
+pub use trace::MAX_TRACE_INPUTS;

@@ -79,6 +79,30 @@ fn c_name(name: &str) -> Result<CString> {
 }
 
 impl ScriptModule {
+    /// Takes ownership of a `torch::jit::Module*` the shim made (a traced
+    /// one), named `source` in messages, and reads its tensors.
+    ///
+    /// # Safety
+    /// `raw` is a live module from the shim, owned by no one else.
+    pub(crate) unsafe fn from_raw(raw: *mut c_void, source: PathBuf) -> Result<ScriptModule> {
+        let mut script = ScriptModule { raw: RawModule(raw), state: Vec::new(), source };
+        script.refresh()?;
+        Ok(script)
+    }
+
+    /// Points each slot, by its dotted name, at the tensor given for it,
+    /// then reads the slots again.
+    pub(crate) fn set_tensors(&mut self, tensors: &[(String, Tensor)]) -> Result<()> {
+        for (name, t) in tensors {
+            let cname = c_name(name)?;
+            // SAFETY: a live module, a NUL-terminated name, a live tensor.
+            call("pointing a TorchScript slot at a tensor", |err, len| unsafe {
+                shim::fulmen_cxx_script_set_tensor(self.raw.0, cname.as_ptr(), t.as_ptr() as *const c_void, err, len)
+            })?;
+        }
+        self.refresh()
+    }
+
     fn refresh(&mut self) -> Result<()> {
         self.state = self.slots()?;
         Ok(())
@@ -211,21 +235,12 @@ impl ScriptModule {
             shim::fulmen_cxx_script_clone(self.raw.0, &mut raw, err, len)
         })?;
         let mut replica = ScriptModule { raw: RawModule(raw), state: Vec::new(), source: self.source.clone() };
-        for (name, t, _) in &self.state {
-            let mapped = map(t)?;
-            let cname = c_name(name)?;
-            // SAFETY: a live module, a NUL-terminated name, a live tensor.
-            call("replicating a TorchScript tensor", |err, len| unsafe {
-                shim::fulmen_cxx_script_set_tensor(
-                    replica.raw.0,
-                    cname.as_ptr(),
-                    mapped.as_ptr() as *const c_void,
-                    err,
-                    len,
-                )
-            })?;
-        }
-        replica.refresh()?;
+        let mapped = self
+            .state
+            .iter()
+            .map(|(name, t, _)| Ok((name.clone(), map(t)?)))
+            .collect::<Result<Vec<(String, Tensor)>>>()?;
+        replica.set_tensors(&mapped)?;
         Ok(replica)
     }
 

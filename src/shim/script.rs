@@ -134,4 +134,22 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    /// Traces `forward` into a new module (csrc/trace.cpp).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fulmen_cxx_script_trace(
+        paths: *const *const c_char,
+        classes: *const *const c_char,
+        n_modules: size_t,
+        names: *const *const c_char,
+        tensors: *const *const c_void,
+        is_buffer: *const c_int,
+        n_state: size_t,
+        inputs: *const *const c_void,
+        n_inputs: size_t,
+        forward: super::checkpoint::CheckpointForward,
+        ctx: *mut c_void,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
 }

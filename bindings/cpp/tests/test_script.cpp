@@ -133,3 +133,30 @@ TEST_F(ScriptTest, ExportedProgramTrainsThroughFit) {
     EXPECT_THROW(m.call_method("validation_step", {}), fulmen::Error);
     EXPECT_THROW(Model::load_exported(fixture("mlp_scripted.pt")), fulmen::Error);
 }
+
+TEST_F(ScriptTest, TracedModelSavesAndLoadsBack) {
+    Model m = Model::sequential({Model::linear(3, 8), Model::batch_norm(8), Model::activation(fulmen::Activation::Relu),
+                                 Model::dropout(0.5), Model::linear(8, 2)});
+    Tensor x = Tensor::randn({4, 3});
+    (void)m.forward(Tensor::randn({6, 3}));  // running statistics move
+    Model traced = m.to_torchscript({&x});
+    EXPECT_TRUE(m.is_training());
+    EXPECT_FALSE(traced.is_training());
+    EXPECT_EQ(traced.state_dict_names(), m.state_dict_names());
+    m.eval();
+    EXPECT_EQ(traced.forward(x).to_vector<float>(), m.forward(x).to_vector<float>());
+    auto path = fulmen_test::scratch() / "traced.pt";
+    traced.save_torchscript(path.string());
+    Model back = Model::load_torchscript(path.string());
+    back.eval();
+    Tensor other = Tensor::randn({2, 3});
+    EXPECT_EQ(back.forward(other).to_vector<float>(), m.forward(other).to_vector<float>());
+    try {
+        m.to_torchscript({});
+        ADD_FAILURE() << "a trace without inputs succeeded";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+    }
+    Tensor wrong = Tensor::randn({4, 5});
+    EXPECT_THROW(m.to_torchscript({&wrong}), fulmen::Error);
+}

@@ -4,8 +4,9 @@ use crate::error::Error;
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::check_out;
 use crate::ffi::nn::model::{emit_model, fulmen_model, in_child, lock, model_arg};
+use crate::ffi::tensor::handle::{fulmen_tensor, tensor_list};
 use crate::ffi::value::{emit_value, fulmen_value, value_list};
-use crate::nn::{Module, MAX_METHOD_ARGS};
+use crate::nn::{Module, MAX_METHOD_ARGS, MAX_TRACE_INPUTS};
 use crate::tensor::device::DeviceSpec;
 use crate::tensor::dtype::DType;
 use std::ffi::c_char;
@@ -111,6 +112,60 @@ pub unsafe extern "C" fn fulmen_model_save_torchscript(
         let file = str_arg(file, "file")?;
         let guard = lock(&m)?;
         guard.child(path)?.save_torchscript(Path::new(file)).map_err(|e| in_child(e, path))
+    })
+}
+
+/// The most example inputs `fulmen_model_to_torchscript` takes.
+pub const FULMEN_MAX_TRACE_INPUTS: usize = 16;
+const _: () = assert!(FULMEN_MAX_TRACE_INPUTS == MAX_TRACE_INPUTS);
+
+/// Traces the model's forward on `example_inputs[0..n_inputs]` (borrowed)
+/// into a new TorchScript model, as Lightning's
+/// `to_torchscript(method="trace")` runs `torch.jit.trace`: the model is
+/// put in evaluation mode and run once with gradients off while libtorch
+/// records its ops (fulmen's layers, host forward callbacks, TorchScript
+/// and exported programs alike), then put back in its mode. The new model
+/// holds copies of the parameters and buffers under their state_dict names
+/// (tied ones stay tied), its `forward` is the recorded graph (one tensor,
+/// or a tuple when the forward gives several, as
+/// `fulmen_model_forward_multi`), and it starts in evaluation mode. Save it
+/// with `fulmen_model_save_torchscript` for PyTorch's `torch.jit.load` or
+/// libtorch's `torch::jit::load`. The trace is only as general as one run:
+/// control flow that depends on values, and tensors made on the host, are
+/// frozen as they were for these inputs. After the trace, the new model
+/// runs the example inputs and must give the forward's results (within
+/// 1e-5), else the call fails. The caller owns `*out`.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (no
+/// input or more than FULMEN_MAX_TRACE_INPUTS), FULMEN_CODE_INVALID_STATE
+/// (the model is on the meta device, or a host callback called this
+/// inside a trace, or a thread attached to a callback of the traced
+/// forward (`fulmen_callback_attach`), whose ops the trace could not
+/// record), FULMEN_CODE_UNSUPPORTED (the traced forward does not give the
+/// model's results on the example inputs), the forward's own errors (as
+/// `fulmen_model_forward_multi`), FULMEN_CODE_TORCH (the tracer refused
+/// an op). On error `*out` is not written and the model is as it was.
+/// Thread rules: the model is locked for the call; the forward runs on
+/// the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_to_torchscript(
+    model: *const fulmen_model,
+    example_inputs: *const *const fulmen_tensor,
+    n_inputs: usize,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let m = model_arg(model, "model")?;
+        if n_inputs > MAX_TRACE_INPUTS {
+            return Err(Error::invalid(format!(
+                "to_torchscript: {n_inputs} example inputs, at most FULMEN_MAX_TRACE_INPUTS ({MAX_TRACE_INPUTS})"
+            )));
+        }
+        let held = tensor_list(example_inputs, n_inputs, "example_inputs")?;
+        let inputs: Vec<tch::Tensor> = held.iter().map(|t| t.shallow_clone()).collect();
+        let traced = lock(&m)?.to_torchscript(&inputs);
+        emit_model(out, traced)
     })
 }
 

@@ -409,6 +409,18 @@ public:
             return fulmen_model_call_method(get(), path.c_str(), method.c_str(), hs.data(), hs.size(), o);
         }));
     }
+    /// The forward traced on `example_inputs` into a new TorchScript model
+    /// in evaluation mode, holding copies of the weights
+    /// (fulmen_model_to_torchscript; Lightning's
+    /// to_torchscript(method="trace")); save it with save_torchscript.
+    Model to_torchscript(std::initializer_list<const Tensor*> example_inputs) const {
+        std::vector<const fulmen_tensor*> handles;
+        handles.reserve(example_inputs.size());
+        for (const Tensor* t : example_inputs) handles.push_back(Tensor::optional_handle(t, "example_inputs"));
+        return make([&](fulmen_model** o) {
+            return fulmen_model_to_torchscript(get(), handles.data(), handles.size(), o);
+        });
+    }
     /// Saves a TorchScript model as a .pt file that torch.jit.load reads.
     void save_torchscript(const std::string& file) const {
         check(fulmen_model_save_torchscript(get(), nullptr, file.c_str()));
