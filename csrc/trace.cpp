@@ -110,13 +110,9 @@ int fulmen_cxx_script_trace(const char* const* paths, const char* const* classes
   }
   auto run = [&](torch::jit::Stack args) -> torch::jit::Stack {
     std::vector<const void*> ptrs;
-    std::vector<at::Tensor> held;
-    held.reserve(args.size());
-    for (auto& a : args) {
-      held.push_back(a.toTensor());
-    }
-    for (auto& t : held) {
-      ptrs.push_back(&t);
+    ptrs.reserve(args.size());
+    for (const auto& a : args) {
+      ptrs.push_back(&a.toTensor());  // args outlives the call
     }
     std::vector<at::Tensor> outputs;
     char message[1024] = {0};

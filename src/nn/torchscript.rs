@@ -94,13 +94,18 @@ impl ScriptModule {
     /// then reads the slots again.
     pub(crate) fn set_tensors(&mut self, tensors: &[(String, Tensor)]) -> Result<()> {
         for (name, t) in tensors {
-            let cname = c_name(name)?;
-            // SAFETY: a live module, a NUL-terminated name, a live tensor.
-            call("pointing a TorchScript slot at a tensor", |err, len| unsafe {
-                shim::fulmen_cxx_script_set_tensor(self.raw.0, cname.as_ptr(), t.as_ptr() as *const c_void, err, len)
-            })?;
+            self.point_slot(name, t)?;
         }
         self.refresh()
+    }
+
+    /// Points the script's slot at the dotted `name` to `t`.
+    fn point_slot(&self, name: &str, t: &Tensor) -> Result<()> {
+        let cname = c_name(name)?;
+        // SAFETY: a live module, a NUL-terminated name, a live tensor.
+        call("pointing a TorchScript slot at a tensor", |err, len| unsafe {
+            shim::fulmen_cxx_script_set_tensor(self.raw.0, cname.as_ptr(), t.as_ptr() as *const c_void, err, len)
+        })
     }
 
     fn refresh(&mut self) -> Result<()> {
@@ -248,14 +253,7 @@ impl ScriptModule {
     /// (after a move gave those handles new tensors, which libtorch's
     /// `set_data` could not do in place).
     pub(crate) fn write_state_back(&self) -> Result<()> {
-        for (name, t, _) in &self.state {
-            let cname = c_name(name)?;
-            // SAFETY: a live module, a NUL-terminated name, a live tensor.
-            call("updating a TorchScript tensor", |err, len| unsafe {
-                shim::fulmen_cxx_script_set_tensor(self.raw.0, cname.as_ptr(), t.as_ptr() as *const c_void, err, len)
-            })?;
-        }
-        Ok(())
+        self.state.iter().try_for_each(|(name, t, _)| self.point_slot(name, t))
     }
 
     /// The module serialised as `torch.jit.save` writes it.
