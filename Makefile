@@ -314,7 +314,7 @@ example-exported: $(BUILD)/examples/train_exported_cpp $(BUILD)/examples/train_e
 	$(VENV)/bin/python tests/interop/train_exported_check.py --binary $(BUILD)/examples/train_exported_cpp --data $(MNIST) --work $(BUILD)/exported-cpp
 	$(VENV)/bin/python tests/interop/train_exported_check.py --binary $(BUILD)/examples/train_exported_go --data $(MNIST) --work $(BUILD)/exported-go
 
-# valgrind: every C test but test_ddp, test_device_ddp, test_crash, test_files and
+# valgrind: every C test but test_ddp, test_tensor_parallel, test_device_ddp, test_crash, test_files and
 # test_signals (they re-execute the program, which under valgrind is the
 # runner; ASan covers them), test_hostile_files (it bounds its own peak
 # memory, which valgrind's shadow memory would swell) and the
@@ -325,7 +325,7 @@ example-exported: $(BUILD)/examples/train_exported_cpp $(BUILD)/examples/train_e
 # definite leak or an invalid access fails the suite.
 # test_custom_device and test_graphed_steps run in a process of their own: the fake device they
 # register must come before any backward pass, and stays registered.
-VG_TESTS := $(filter-out test_ddp test_device_ddp test_crash test_files test_hostile_files test_signals test_custom_device test_graphed_steps,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
+VG_TESTS := $(filter-out test_ddp test_tensor_parallel test_device_ddp test_crash test_files test_hostile_files test_signals test_custom_device test_graphed_steps,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
 VG_ALONE := test_custom_device test_graphed_steps
 # oneDNN's AVX JIT kernels (its RNN ones above all) exhaust valgrind's
 # translation storage, so under valgrind oneDNN runs its SSE4.1 kernels.

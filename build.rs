@@ -81,7 +81,7 @@ const CXX_GROUPS: [&[&str]; 2] = [
         "exported.cpp",
         "checkpoint.cpp",
         "trace.cpp",
-        "sync_reduce.cpp",
+        "rank_function.cpp",
         "fake_device.cpp",
         "autocast.cpp",
         "profiler.cpp",

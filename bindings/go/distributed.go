@@ -325,10 +325,9 @@ func (f *FSDP) ZeroGrad(setToNone bool) error {
 	return err
 }
 
-// withOptimizers calls call with f's handle and the C handles of
-// optimizers (NULL and 0 for none).
-func (f *FSDP) withOptimizers(optimizers []*Optimizer,
-	call func(*C.fulmen_fsdp, **C.fulmen_optimizer, C.size_t) *C.fulmen_error) error {
+// withOptimizers calls call with the C handles of optimizers (NULL and 0
+// for none), keeping them alive through the call.
+func withOptimizers(optimizers []*Optimizer, call func(**C.fulmen_optimizer, C.size_t) *C.fulmen_error) error {
 	var handles []*C.fulmen_optimizer
 	var first **C.fulmen_optimizer
 	if len(optimizers) > 0 {
@@ -338,8 +337,7 @@ func (f *FSDP) withOptimizers(optimizers []*Optimizer,
 		}
 		first = &handles[0]
 	}
-	err := check(call(f.ptr(), first, C.size_t(len(handles))))
-	runtime.KeepAlive(f)
+	err := check(call(first, C.size_t(len(handles))))
 	runtime.KeepAlive(optimizers)
 	return err
 }
@@ -348,16 +346,20 @@ func (f *FSDP) withOptimizers(optimizers []*Optimizer,
 // states into their full shapes, on every rank (a collective): they can
 // then be saved, read or loaded as unsharded ones until Reshard.
 func (f *FSDP) Unshard(optimizers ...*Optimizer) error {
-	return f.withOptimizers(optimizers, func(h *C.fulmen_fsdp, o **C.fulmen_optimizer, n C.size_t) *C.fulmen_error {
-		return C.fulmen_fsdp_unshard(h, o, n)
+	err := withOptimizers(optimizers, func(o **C.fulmen_optimizer, n C.size_t) *C.fulmen_error {
+		return C.fulmen_fsdp_unshard(f.ptr(), o, n)
 	})
+	runtime.KeepAlive(f)
+	return err
 }
 
 // Reshard follows Unshard: every rank keeps its rows of the parameters'
 // and the optimizers' current values (loaded ones included), and training
 // can go on.
 func (f *FSDP) Reshard(optimizers ...*Optimizer) error {
-	return f.withOptimizers(optimizers, func(h *C.fulmen_fsdp, o **C.fulmen_optimizer, n C.size_t) *C.fulmen_error {
-		return C.fulmen_fsdp_reshard(h, o, n)
+	err := withOptimizers(optimizers, func(o **C.fulmen_optimizer, n C.size_t) *C.fulmen_error {
+		return C.fulmen_fsdp_reshard(f.ptr(), o, n)
 	})
+	runtime.KeepAlive(f)
+	return err
 }

@@ -15,7 +15,7 @@ type cHandle interface {
 	*C.fulmen_tensor | *C.fulmen_model | *C.fulmen_optimizer | *C.fulmen_scheduler |
 		*C.fulmen_dataset | *C.fulmen_loader | *C.fulmen_lightning_module |
 		*C.fulmen_trainer | *C.fulmen_trainer_options | *C.fulmen_accelerator |
-		*C.fulmen_strategy | *C.fulmen_precision | *C.fulmen_ddp | *C.fulmen_fsdp | *C.fulmen_metric |
+		*C.fulmen_strategy | *C.fulmen_precision | *C.fulmen_ddp | *C.fulmen_fsdp | *C.fulmen_tensor_parallel | *C.fulmen_metric |
 		*C.fulmen_lr_find_result | *C.fulmen_scaler | *C.fulmen_model_pruning | *C.fulmen_logger |
 		*C.fulmen_grad_scaler | *C.fulmen_datamodule | *C.fulmen_flop_counts
 }

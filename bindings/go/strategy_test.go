@@ -439,6 +439,102 @@ func TestFSDPTrainsAsTheSameLoopWithoutIt(t *testing.T) {
 	}
 }
 
+func TestTensorParallelNeedsAJoinedJob(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	tp, err := fulmen.NewTensorParallel(model, []fulmen.ParallelRule{{Module: "0", Style: fulmen.Colwise}})
+	if !errors.Is(err, fulmen.ErrInvalidState) || tp != nil {
+		t.Fatalf("NewTensorParallel before joining: %v, %v", tp, err)
+	}
+	var none *fulmen.TensorParallel
+	if _, err := none.ClipGradNorm(1); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Errorf("ClipGradNorm on nil: %v", err)
+	}
+	if err := none.Unshard(); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Errorf("Unshard on nil: %v", err)
+	}
+	ok(t, none.Close())
+}
+
+// tensorParallelWorldOfOne trains the same steps with and without tensor
+// parallelism (the layers split in one part) in a world of one and
+// compares the clip norms and the weights; a bad plan is refused.
+func tensorParallelWorldOfOne(t *testing.T) {
+	s := must(fulmen.NewStrategy("ddp"))
+	defer s.Close()
+	ok(t, fulmen.DistributedJoin(s, 1, false))
+	ok(t, fulmen.ManualSeed(3))
+	model := mlp(t)
+	defer model.Close()
+	ok(t, fulmen.ManualSeed(3))
+	plain := mlp(t)
+	defer plain.Close()
+	if _, err := fulmen.NewTensorParallel(model, []fulmen.ParallelRule{{Module: "1", Style: fulmen.Colwise}}); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("a Tanh split: %v", err)
+	}
+	tp := must(fulmen.NewTensorParallel(model, []fulmen.ParallelRule{{Module: "0", Style: fulmen.Colwise}, {Module: "2", Style: fulmen.Rowwise}}))
+	so := fulmen.DefaultSGDOptions()
+	so.LR = 0.1
+	so.Momentum = 0.9
+	opt := must(fulmen.NewSGD(model, nil, so))
+	defer opt.Close()
+	plainOpt := must(fulmen.NewSGD(plain, nil, so))
+	defer plainOpt.Close()
+	ds := blobDataset(t, 32, 1)
+	defer ds.Close()
+	loader := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 8}))
+	defer loader.Close()
+	step := func(m *fulmen.Model, b []*fulmen.Tensor) {
+		logits := must(m.Forward(b[0]))
+		loss := must(fulmen.CrossEntropy(logits, b[1], fulmen.ReductionMean))
+		ok(t, loss.Backward())
+		logits.Close()
+		loss.Close()
+	}
+	for i := 0; i < must(loader.Len()); i++ {
+		b := must(loader.Batch(0, i))
+		ok(t, opt.ZeroGrad())
+		step(model, b)
+		norm := must(tp.ClipGradNorm(0.5))
+		ok(t, opt.Step())
+		ok(t, plainOpt.ZeroGrad())
+		step(plain, b)
+		plainNorm := must(fulmen.ClipGradNorm(plain, 0.5, 2))
+		ok(t, plainOpt.Step())
+		for _, x := range b {
+			x.Close()
+		}
+		if math.Abs(norm-plainNorm) > 1e-5*plainNorm {
+			t.Fatalf("step %d: clip norm %v, without tensor parallelism %v", i, norm, plainNorm)
+		}
+	}
+	ok(t, tp.Unshard(opt))
+	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
+		t.Fatalf("unsharded weights differ by %v", d)
+	}
+	ok(t, tp.Reshard(opt))
+	ok(t, tp.Unshard(opt))
+	ok(t, tp.Close()) // after Unshard: the model is plain again
+	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
+		t.Fatalf("weights after Close differ by %v", d)
+	}
+	ok(t, fulmen.DistributedShutdown(10*time.Second))
+}
+
+func TestTensorParallelTrainsAsTheSameLoopWithoutIt(t *testing.T) {
+	if os.Getenv(fsdpChildVariable) == "1" {
+		tensorParallelWorldOfOne(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTensorParallelTrainsAsTheSameLoopWithoutIt$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fsdpChildVariable+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("the world-of-one run failed: %v\n%s", err, out)
+	}
+}
+
 // idsOf is the sample indices in a batch of a dataset whose only tensor
 // is the sample index (closing the batch's tensors).
 func idsOf(t *testing.T, batch []*fulmen.Tensor) []int64 {

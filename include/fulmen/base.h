@@ -225,6 +225,7 @@ struct fulmen_step_context;
 struct fulmen_stochastic_weight_averaging_options;
 struct fulmen_strategy;
 struct fulmen_tensor;
+struct fulmen_tensor_parallel;
 struct fulmen_trainer;
 struct fulmen_trainer_options;
 struct fulmen_trainer_view;

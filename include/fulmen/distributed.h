@@ -41,6 +41,37 @@ typedef enum fulmen_reduce_op {
 } fulmen_reduce_op;
 
 /**
+ * How a layer splits across the ranks, torch's `ParallelStyle`s (in C,
+ * `fulmen_parallel_style`).
+ */
+typedef enum fulmen_parallel_style {
+  /**
+   * `ColwiseParallel()`: the output features split (a Linear's weight
+   * rows and bias, an Embedding's columns); the input whole on every
+   * rank, the output left split along its last dimension (for a
+   * ROWWISE layer next).
+   */
+  FULMEN_PARALLEL_STYLE_COLWISE = 0,
+  /**
+   * `ColwiseParallel(output_layouts=Replicate())`: as COLWISE, the
+   * output gathered whole on every rank.
+   */
+  FULMEN_PARALLEL_STYLE_COLWISE_REPLICATED_OUTPUT = 1,
+  /**
+   * `RowwiseParallel()`: a Linear's input features split (its weight's
+   * columns; the bias whole); the input split along its last dimension
+   * (a COLWISE layer's output), the output summed whole on every rank.
+   */
+  FULMEN_PARALLEL_STYLE_ROWWISE = 2,
+  /**
+   * `RowwiseParallel(input_layouts=Replicate())`: as ROWWISE with the
+   * input whole on every rank (each rank takes its part); for an
+   * Embedding, the table's rows split.
+   */
+  FULMEN_PARALLEL_STYLE_ROWWISE_REPLICATED_INPUT = 3,
+} fulmen_parallel_style;
+
+/**
  * DDP for a host-owned loop: a model whose gradients are averaged over the
  * job's ranks during backward, as torch's DistributedDataParallel does (the
  * same core as the trainer's ddp strategy). Free with `fulmen_ddp_free`.
@@ -61,6 +92,12 @@ typedef struct fulmen_dist_store fulmen_dist_store;
  * Free with `fulmen_fsdp_free`.
  */
 typedef struct fulmen_fsdp fulmen_fsdp;
+
+/**
+ * A model whose planned layers are split across the job's ranks (torch's
+ * `parallelize_module`). Free with `fulmen_tensor_parallel_free`.
+ */
+typedef struct fulmen_tensor_parallel fulmen_tensor_parallel;
 
 /**
  * A custom accelerator's collectives: DDP and FSDP on its devices through
@@ -625,6 +662,100 @@ struct fulmen_error *fulmen_loader_shard(const struct fulmen_loader *loader,
                                          size_t rank,
                                          size_t world,
                                          struct fulmen_loader **out);
+
+/**
+ * torch's `parallelize_module(model, mesh, plan)` over the whole joined
+ * job (the tensor-parallel dimension of Lightning's
+ * `ModelParallelStrategy`): the layers at the `count` dotted paths in
+ * `modules` (Linear and Embedding layers) split across the ranks as
+ * `styles` (`fulmen_parallel_style` values) say. First checks that every
+ * rank has the same plan and parameters, and copies rank 0's parameters
+ * and buffers to every rank; then each rank keeps its part of the split
+ * parameters (an equal part: the split dimension must divide by the
+ * world size), and their layers compute with the collectives inside the
+ * forward and backward, so every rank must run the same forwards and
+ * backwards. The model (on this rank's device) runs as before; build the
+ * optimizers over `fulmen_model_parameters(model)` after this call: they
+ * step the parts. Parameters left whole (the other layers, a ROWWISE
+ * layer's bias) get the same gradients on every rank when the batch is
+ * the same on every rank, as tensor parallelism needs.
+ *
+ * Each training step, on every rank: the forward, backward, optionally
+ * `fulmen_tensor_parallel_clip_grad_norm`, the optimizers' step. To save
+ * or read the full model, `fulmen_tensor_parallel_unshard`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (an
+ * empty plan, a path twice, a style out of range, a size that does not
+ * divide by the world size, ROWWISE on an Embedding; ranks with other
+ * plans; no module at a path), FULMEN_CODE_UNSUPPORTED (a path that names another kind of layer or a
+ * container; a model on the meta device), FULMEN_CODE_INVALID_STATE (not
+ * joined; the model is split already or sharded by FSDP; called from
+ * inside a collectives slot), FULMEN_CODE_DISTRIBUTED (ranks disagree on
+ * the parameters, another rank's call failed, timeout). On error no
+ * layer is split, but the model may hold rank 0's values.
+ */
+struct fulmen_error *fulmen_tensor_parallel_new(struct fulmen_model *model,
+                                                const char *const *modules,
+                                                const int32_t *styles,
+                                                size_t count,
+                                                struct fulmen_tensor_parallel **out);
+
+/**
+ * `clip_grad_norm_(model.parameters(), max_norm)` on the tensor-parallel
+ * model: every gradient scaled so that the 2-norm over the whole model
+ * (the split parameters' parts on every rank, the others counted once) is
+ * at most `max_norm`. Writes the total norm before clipping to
+ * `*total_norm` (may be NULL). After backward, on every rank.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`max_norm` negative or NaN),
+ * FULMEN_CODE_INVALID_STATE (the model is unsharded; inside a
+ * collectives slot), FULMEN_CODE_DISTRIBUTED.
+ */
+struct fulmen_error *fulmen_tensor_parallel_clip_grad_norm(struct fulmen_tensor_parallel *tp,
+                                                           double max_norm,
+                                                           double *total_norm);
+
+/**
+ * Gathers the full split parameters into the model and the states of
+ * `optimizers` (`count` handles built over the model's parameters; NULL
+ * with 0) into their full shapes, on every rank (a collective); the
+ * gradients are dropped. The model then computes as the plain model on
+ * every rank, and it and the optimizers can be saved, read or loaded as
+ * plain ones (`fulmen_model_save` on rank 0, ...), until
+ * `fulmen_tensor_parallel_reshard`. Already unsharded: nothing happens.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (an
+ * optimizer listed twice), FULMEN_CODE_INVALID_STATE (an optimizer
+ * handle in use; inside a collectives slot), FULMEN_CODE_DISTRIBUTED.
+ */
+struct fulmen_error *fulmen_tensor_parallel_unshard(struct fulmen_tensor_parallel *tp,
+                                                    struct fulmen_optimizer *const *optimizers,
+                                                    size_t count);
+
+/**
+ * After `fulmen_tensor_parallel_unshard`: every rank keeps its part of
+ * the split parameters' current values (those loaded since included) and
+ * of the states of `optimizers` (pass the ones given to unshard); the
+ * gradients are dropped and the layers split again. Local: no collective.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the model is not unsharded; an
+ * optimizer handle in use), FULMEN_CODE_NULL_ARGUMENT,
+ * FULMEN_CODE_INVALID_ARGUMENT (an optimizer listed twice; not the
+ * optimizers given to unshard), FULMEN_CODE_SHAPE_MISMATCH (a split parameter was
+ * given another shape; the model stays unsharded).
+ */
+struct fulmen_error *fulmen_tensor_parallel_reshard(struct fulmen_tensor_parallel *tp,
+                                                    struct fulmen_optimizer *const *optimizers,
+                                                    size_t count);
+
+/**
+ * Frees the wrapper without a collective. After
+ * `fulmen_tensor_parallel_unshard` the model is a plain model again (the
+ * usual end of a run: unshard, then free); otherwise its split layers keep
+ * this rank's parts and their forward fails (FULMEN_CODE_INVALID_STATE).
+ * NULL or freed: no-op.
+ */
+void fulmen_tensor_parallel_free(struct fulmen_tensor_parallel *tp);
 
 #ifdef __cplusplus
 }  // extern "C"

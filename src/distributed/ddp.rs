@@ -93,6 +93,13 @@ impl Ddp {
     /// on the meta device is materialized first, in host memory.
     pub fn new(group: Arc<ProcessGroup>, model: &Module, options: DdpOptions) -> Result<Ddp> {
         let plan = options.bucket_plan()?;
+        if model.is_tensor_parallel() {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "DDP of a tensor-parallel model: its split parameters differ on every rank and must not be \
+                 averaged; unshard and free its fulmen_tensor_parallel wrapper first",
+            ));
+        }
         if options.find_unused_parameters && model.checkpoints_any() {
             return Err(Error::new(
                 ErrorCode::Unsupported,

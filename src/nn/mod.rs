@@ -27,6 +27,7 @@ mod safetensors_io;
 mod script_value;
 mod shard_hook;
 mod state_dict;
+mod tensor_parallel;
 mod torchscript;
 mod trace;
 #[cfg(test)]
@@ -47,6 +48,7 @@ pub use host::HostForward;
 pub use layers::conv::ConvConfig;
 pub use layers::conv_transpose::ConvTransposeConfig;
 pub use layers::rnn::{RnnConfig, RnnKind};
+pub use layers::tensor_parallel::ParallelStyle;
 pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;

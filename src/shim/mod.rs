@@ -20,10 +20,10 @@ mod graphs;
 mod ops;
 mod pinned;
 mod profiler;
+mod rank_function;
 mod runtime;
 mod script;
 mod streams;
-mod sync_reduce;
 mod xla;
 
 pub(crate) use accelerators::*;
@@ -41,10 +41,10 @@ pub(crate) use graphs::*;
 pub(crate) use ops::*;
 pub(crate) use pinned::*;
 pub(crate) use profiler::*;
+pub(crate) use rank_function::*;
 pub(crate) use runtime::*;
 pub(crate) use script::*;
 pub(crate) use streams::*;
-pub(crate) use sync_reduce::*;
 pub(crate) use xla::*;
 
 /// Success status of a shim call.

@@ -8,6 +8,7 @@ use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
 use crate::distributed::{self, Ddp, DdpOptions, DeviceBackend, DistContext, JoinOptions, ProcessGroup, ReduceOp};
 use crate::error::{Error, ErrorCode, Result};
+use crate::nn::layers::rank_ops::RankComm;
 use crate::nn::layers::sync_batch_norm::RankSum;
 use crate::tensor::device::{Device, DeviceType};
 use crate::trainer::device::Placement;
@@ -16,7 +17,8 @@ use crate::trainer::{LightningModule, TrainerOptions};
 use std::sync::Arc;
 use tch::Tensor;
 
-/// SyncBatchNorm's sums over the job's process group (DDP's and FSDP's).
+/// SyncBatchNorm's sums over the job's process group (DDP's and FSDP's),
+/// and the collectives of tensor-parallel layers.
 pub(crate) struct GroupSum(pub Arc<ProcessGroup>);
 
 impl std::fmt::Debug for GroupSum {
@@ -28,6 +30,27 @@ impl std::fmt::Debug for GroupSum {
 impl RankSum for GroupSum {
     fn sum_in_place(&self, t: &Tensor) -> Result<()> {
         self.0.all_reduce(&[t.shallow_clone()], ReduceOp::Sum)
+    }
+}
+
+impl RankComm for GroupSum {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+
+    fn world_size(&self) -> usize {
+        self.0.world_size()
+    }
+
+    fn sum(&self, t: &Tensor) -> Result<Tensor> {
+        let copy = t.f_contiguous()?.f_detach_copy()?;
+        self.sum_in_place(&copy)?;
+        Ok(copy)
+    }
+
+    fn gather(&self, t: &Tensor, dim: i64) -> Result<Tensor> {
+        let all = self.0.all_gather(t)?;
+        Ok(Tensor::f_cat(&all.f_unbind(0)?, dim)?)
     }
 }
 

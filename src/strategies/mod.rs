@@ -9,6 +9,7 @@ pub mod fsdp;
 mod registry;
 mod single_device;
 mod strategy;
+pub mod tensor_parallel;
 pub(crate) mod xla;
 
 pub(crate) use ddp::DdpStrategy;

@@ -17,6 +17,8 @@ using fulmen::Batch;
 using fulmen::Dataset;
 using fulmen::Ddp;
 using fulmen::Fsdp;
+using fulmen::ParallelStyle;
+using fulmen::TensorParallel;
 using fulmen::LightningModule;
 using fulmen::Loader;
 using fulmen::Model;
@@ -314,6 +316,60 @@ static int fsdp_without_parameters() {
 TEST_F(DistributedTest, FsdpRefusesAModelWithoutParameters) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(std::_Exit(fsdp_without_parameters()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(DistributedTest, TensorParallelNeedsAJoinedJob) {
+    Model model = fulmen_test::mlp();
+    EXPECT_EQ(error_code([&] { TensorParallel t(model, {{"0", ParallelStyle::Colwise}}); }), FULMEN_CODE_INVALID_STATE);
+    TensorParallel none;
+    EXPECT_FALSE(static_cast<bool>(none));
+    EXPECT_EQ(error_code([&] { none.clip_grad_norm(1.0); }), FULMEN_CODE_NULL_ARGUMENT);
+    EXPECT_EQ(error_code([&] { none.unshard(); }), FULMEN_CODE_NULL_ARGUMENT);
+}
+
+// In a world of one, a loop on TensorParallel (its layers split in one
+// part, the collectives over one rank) makes the updates of the same loop
+// without it; a bad plan is refused.
+static int tensor_parallel_world_of_one() {
+    Strategy s("ddp");
+    fulmen::distributed::join(s, 1);
+    fulmen::manual_seed(3);
+    Model model = fulmen_test::mlp();
+    fulmen::manual_seed(3);
+    Model plain = fulmen_test::mlp();
+    if (error_code([&] { TensorParallel t(model, {{"1", ParallelStyle::Colwise}}); }) != FULMEN_CODE_UNSUPPORTED)
+        return 9;
+    TensorParallel tp(model, {{"0", ParallelStyle::Colwise}, {"2", ParallelStyle::Rowwise}});
+    fulmen::SgdOptions so;
+    so.lr = 0.1;
+    so.momentum = 0.9;
+    Optimizer opt = Optimizer::sgd(model, so), plain_opt = Optimizer::sgd(plain, so);
+    Loader loader(fulmen_test::blobs(32, 1), 8);
+    for (size_t i = 0; i < loader.len(); i++) {
+        std::vector<Tensor> b = loader.batch(0, i);
+        opt.zero_grad();
+        fulmen::loss::cross_entropy(model(b[0]), b[1]).backward();
+        double norm = tp.clip_grad_norm(0.5);
+        plain_opt.zero_grad();
+        fulmen::loss::cross_entropy(plain(b[0]), b[1]).backward();
+        double plain_norm = fulmen::clip_grad_norm(plain, 0.5);
+        opt.step();
+        plain_opt.step();
+        if (std::abs(norm - plain_norm) > 1e-5 * plain_norm) return 10;
+    }
+    tp.unshard({opt});
+    if (max_param_diff(model, plain) > 1e-6) return 11;
+    tp.reshard({opt});
+    tp.unshard({opt});
+    tp = TensorParallel();  // freed after unshard: the model is plain again
+    if (max_param_diff(model, plain) > 1e-6) return 12;
+    fulmen::distributed::shutdown(10);
+    return 0;
+}
+
+TEST_F(DistributedTest, TensorParallelTrainsAsTheSameLoopWithoutIt) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(std::_Exit(tensor_parallel_world_of_one()), ::testing::ExitedWithCode(0), "");
 }
 
 class ShardTest : public FulmenTest {};

@@ -29,7 +29,7 @@ impl Handle for fulmen_fsdp {
 ///
 /// # Safety
 /// `optimizers` is NULL (with `count` 0) or points to `count` handles.
-unsafe fn borrow_optimizers(
+pub(crate) unsafe fn borrow_optimizers(
     optimizers: *const *mut fulmen_optimizer,
     count: usize,
 ) -> Result<Vec<handle::Exclusive<'static, fulmen_optimizer>>> {
@@ -49,7 +49,7 @@ unsafe fn borrow_optimizers(
 }
 
 /// Runs `f` with the borrowed optimizers as `&mut dyn Optimizer`.
-fn with_optimizers<R>(
+pub(crate) fn with_optimizers<R>(
     borrowed: &mut [handle::Exclusive<'static, fulmen_optimizer>],
     f: impl FnOnce(&mut [&mut dyn Optimizer]) -> Result<R>,
 ) -> Result<R> {

@@ -3,3 +3,4 @@
 pub mod collectives;
 pub mod fsdp;
 pub mod job;
+pub mod tensor_parallel;

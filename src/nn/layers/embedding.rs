@@ -1,4 +1,5 @@
 //! `Embedding`: a lookup table of `num_embeddings` vectors of size `dim`.
+use super::tensor_parallel::{check_divides, ParallelStyle, SplitDims, TpSlot};
 use super::{shape_of, Layer};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::init;
@@ -15,6 +16,8 @@ pub(crate) struct Embedding {
     num_embeddings: i64,
     padding_idx: Option<i64>,
     weight: Tensor,
+    /// Its place in a tensor-parallel model (`tensor_parallel.rs`).
+    tp: Option<TpSlot>,
 }
 
 impl Embedding {
@@ -45,7 +48,23 @@ impl Embedding {
             }
             Ok(())
         })?;
-        Ok(Embedding { num_embeddings, padding_idx, weight })
+        Ok(Embedding { num_embeddings, padding_idx, weight, tp: None })
+    }
+}
+
+impl Embedding {
+    /// The lookup with this rank's rows of the table: the indices it holds
+    /// look up their rows, the others give zeros, and the sum over the
+    /// ranks is the whole lookup (torch's `RowwiseParallel` on an
+    /// Embedding, its `MaskPartial` placement).
+    fn rowwise(&self, tp: &TpSlot, ids: &Tensor) -> Result<Tensor> {
+        let rows = self.num_embeddings / tp.comm.world_size() as i64;
+        let first = tp.comm.rank() as i64 * rows;
+        let outside = ids.f_lt(first)?.f_logical_or(&ids.f_ge(first + rows)?)?;
+        let local = ids.f_sub_scalar(first)?.f_masked_fill(&outside, 0)?;
+        let padding = self.padding_idx.filter(|p| (first..first + rows).contains(p)).map_or(-1, |p| p - first);
+        let found = Tensor::f_embedding(&self.weight, &local, padding, false, false)?;
+        tp.reduce_out(&found.f_masked_fill(&outside.f_unsqueeze(-1)?, 0.0)?)
     }
 }
 
@@ -55,6 +74,7 @@ impl Layer for Embedding {
             num_embeddings: self.num_embeddings,
             padding_idx: self.padding_idx,
             weight: map(&self.weight)?,
+            tp: None,
         }))
     }
 
@@ -89,7 +109,51 @@ impl Layer for Embedding {
                 ));
             }
         }
-        Ok(Tensor::f_embedding(&self.weight, &ids, self.padding_idx.unwrap_or(-1), false, false)?)
+        let split = match &self.tp {
+            Some(tp) if tp.split("Embedding")? => Some(tp),
+            _ => None,
+        };
+        match split {
+            None => Ok(Tensor::f_embedding(&self.weight, &ids, self.padding_idx.unwrap_or(-1), false, false)?),
+            Some(tp) if tp.style.is_colwise() => tp.colwise_output(Tensor::f_embedding(
+                &self.weight,
+                &ids,
+                self.padding_idx.unwrap_or(-1),
+                false,
+                false,
+            )?),
+            Some(tp) => self.rowwise(tp, &ids),
+        }
+    }
+
+    fn tensor_parallel(&self) -> Option<&TpSlot> {
+        self.tp.as_ref()
+    }
+
+    fn set_tensor_parallel(&mut self, slot: Option<TpSlot>) -> Result<SplitDims> {
+        let Some(s) = slot else {
+            self.tp = None;
+            return Ok(Vec::new());
+        };
+        let world = s.comm.world_size();
+        let dim = match s.style {
+            ParallelStyle::Colwise | ParallelStyle::ColwiseReplicatedOutput => {
+                check_divides("the Embedding's embedding_dim", self.weight.size()[1], world)?;
+                1
+            }
+            ParallelStyle::RowwiseReplicatedInput => {
+                check_divides("the Embedding's num_embeddings", self.num_embeddings, world)?;
+                0
+            }
+            ParallelStyle::Rowwise => {
+                return Err(Error::invalid(
+                    "tensor parallel: an Embedding's indices are whole on every rank; split its rows with \
+                     RowwiseParallel(input_layouts=Replicate())",
+                ))
+            }
+        };
+        self.tp = Some(s);
+        Ok(vec![("weight", Some(dim))])
     }
 
     fn params(&self) -> Vec<(&str, &Tensor)> {

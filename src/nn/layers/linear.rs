@@ -1,4 +1,5 @@
 //! `Linear`: `y = x W^T + b`.
+use super::tensor_parallel::{check_divides, ParallelStyle, SplitDims, TpSlot};
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
@@ -10,6 +11,8 @@ pub(crate) struct Linear {
     in_features: i64,
     weight: Tensor,
     bias: Option<Tensor>,
+    /// Its place in a tensor-parallel model (`tensor_parallel.rs`).
+    tp: Option<TpSlot>,
 }
 
 impl Linear {
@@ -23,13 +26,13 @@ impl Linear {
         let bound = init::default_uniform_bound(in_features);
         let weight = init::uniform(&[out_features, in_features], bound)?;
         let bias = if bias { Some(init::uniform(&[out_features], bound)?) } else { None };
-        Ok(Linear { in_features, weight, bias })
+        Ok(Linear { in_features, weight, bias, tp: None })
     }
 
     /// A copy whose tensors are `map(tensor)` (see [`Layer::replicate`]).
     pub(crate) fn mapped(&self, map: &mut super::TensorMap<'_>) -> Result<Linear> {
         let (weight, bias) = (map(&self.weight)?, super::map_opt(map, &self.bias)?);
-        Ok(Linear { in_features: self.in_features, weight, bias })
+        Ok(Linear { in_features: self.in_features, weight, bias, tp: None })
     }
 
     /// The same layer with its bias set to zeros (after it was drawn, so
@@ -43,6 +46,20 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// Refuses an input whose last dimension is not `features`.
+    fn check_input(&self, x: &Tensor, features: i64) -> Result<()> {
+        if x.dim() == 0 || x.size().last() != Some(&features) {
+            return Err(Error::shape(format!(
+                "linear: input of shape {} must end in {features} features{}",
+                shape_of(x),
+                if features == self.in_features { " (in_features)" } else { " (this rank's part of in_features)" }
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Layer for Linear {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
         Ok(Box::new(self.mapped(map)?))
@@ -53,14 +70,56 @@ impl Layer for Linear {
     }
 
     fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
-        if x.dim() == 0 || x.size().last() != Some(&self.in_features) {
-            return Err(Error::shape(format!(
-                "linear: input of shape {} must end in in_features = {}",
-                shape_of(x),
-                self.in_features
-            )));
+        let split = match &self.tp {
+            Some(tp) if tp.split("Linear")? => Some(tp),
+            _ => None,
+        };
+        let Some(tp) = split else {
+            self.check_input(x, self.in_features)?;
+            return Ok(x.f_linear(&self.weight, self.bias.as_ref())?);
+        };
+        match tp.style {
+            ParallelStyle::Colwise | ParallelStyle::ColwiseReplicatedOutput => {
+                self.check_input(x, self.in_features)?;
+                let y = tp.copy_in(x)?.f_linear(&self.weight, self.bias.as_ref())?;
+                tp.colwise_output(y)
+            }
+            ParallelStyle::Rowwise | ParallelStyle::RowwiseReplicatedInput => {
+                let part = if tp.style == ParallelStyle::Rowwise {
+                    self.check_input(x, self.in_features / tp.comm.world_size() as i64)?;
+                    x.shallow_clone()
+                } else {
+                    self.check_input(x, self.in_features)?;
+                    tp.split_last(x)?
+                };
+                let y = tp.reduce_out(&part.f_linear::<Tensor>(&self.weight, None)?)?;
+                Ok(match &self.bias {
+                    Some(b) => y.f_add(b)?,
+                    None => y,
+                })
+            }
         }
-        Ok(x.f_linear(&self.weight, self.bias.as_ref())?)
+    }
+
+    fn tensor_parallel(&self) -> Option<&TpSlot> {
+        self.tp.as_ref()
+    }
+
+    fn set_tensor_parallel(&mut self, slot: Option<TpSlot>) -> Result<SplitDims> {
+        let Some(s) = slot else {
+            self.tp = None;
+            return Ok(Vec::new());
+        };
+        let world = s.comm.world_size();
+        let dims = if s.style.is_colwise() {
+            check_divides("the Linear's out_features", self.weight.size()[0], world)?;
+            vec![("weight", Some(0)), ("bias", Some(0))]
+        } else {
+            check_divides("the Linear's in_features", self.in_features, world)?;
+            vec![("weight", Some(1)), ("bias", None)]
+        };
+        self.tp = Some(s);
+        Ok(dims.into_iter().filter(|(n, _)| *n == "weight" || self.bias.is_some()).collect())
     }
 
     fn params(&self) -> Vec<(&str, &Tensor)> {

@@ -16,8 +16,10 @@ pub mod linear;
 pub mod norm;
 pub mod pool;
 pub mod prelu;
+pub(crate) mod rank_ops;
 pub mod rnn;
 pub(crate) mod sync_batch_norm;
+pub mod tensor_parallel;
 pub mod transformer;
 pub mod upsample;
 
@@ -73,6 +75,28 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     /// layers return false.
     fn set_rank_sum(&mut self, _sum: Option<std::sync::Arc<dyn sync_batch_norm::RankSum>>) -> bool {
         false
+    }
+    /// Splits the layer across the ranks of a tensor-parallel model as
+    /// `slot`'s style says (`None`: whole again) and returns the dimension
+    /// each of its parameters splits along, by attribute name; the caller
+    /// gives the parameters their parts. Only `Linear` and `Embedding`
+    /// split (`Unsupported` for the others).
+    fn set_tensor_parallel(&mut self, slot: Option<tensor_parallel::TpSlot>) -> Result<tensor_parallel::SplitDims> {
+        match slot {
+            None => Ok(Vec::new()),
+            Some(s) => Err(crate::error::Error::new(
+                crate::error::ErrorCode::Unsupported,
+                format!(
+                    "tensor parallel: a {} layer cannot take {} (Linear and Embedding layers can)",
+                    self.type_name(),
+                    s.style.name()
+                ),
+            )),
+        }
+    }
+    /// Its place in a tensor-parallel model, when it has one.
+    fn tensor_parallel(&self) -> Option<&tensor_parallel::TpSlot> {
+        None
     }
     /// Sets a `_BatchNorm`'s momentum (`None`: torch's cumulative
     /// average) and returns the one it had; other layers return `None`.

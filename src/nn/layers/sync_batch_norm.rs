@@ -2,14 +2,12 @@
 //! `sync_batchnorm=True`): in training, a BatchNorm normalises with the
 //! mean and variance of the whole job's batch, summed over the ranks in
 //! forward, with the gradients of those sums summed over the ranks in
-//! backward (csrc/sync_reduce.cpp), so a job of N ranks computes what one
+//! backward (csrc/rank_function.cpp), so a job of N ranks computes what one
 //! process computes on the concatenated batch. Two sums a forward: the
 //! per-channel sums with the element count, then the per-channel squared
 //! deviations from the global mean (the variance's two-pass form).
 use super::norm::RunningStats;
 use crate::error::{Error, Result};
-use crate::shim;
-use libc::{c_char, c_int, c_void, size_t};
 use std::sync::Arc;
 use tch::{Kind, Tensor};
 
@@ -23,33 +21,13 @@ pub(crate) trait RankSum: Send + Sync + std::fmt::Debug {
 /// `x` summed over the ranks, differentiably: the gradient is summed the
 /// same way in backward.
 pub(crate) fn sum_over_ranks(sum: &Arc<dyn RankSum>, x: &Tensor) -> Result<Tensor> {
-    let ctx = Box::into_raw(Box::new(Arc::clone(sum))).cast::<c_void>();
-    let mut out: *mut c_void = std::ptr::null_mut();
-    // SAFETY: `ctx` is the Box above, released by `release` exactly once
-    // (the shim's contract); `x` outlives the call.
-    shim::call("summing over the ranks (SyncBatchNorm)", |err, len| unsafe {
-        shim::fulmen_cxx_sum_over_ranks(run_sum, ctx, release, x.as_ptr() as *const c_void, &mut out, err, len)
-    })?;
-    // SAFETY: on success the shim wrote a new `at::Tensor*` we own.
-    Ok(unsafe { Tensor::from_ptr(out.cast()) })
-}
-
-unsafe extern "C" fn run_sum(ctx: *mut c_void, t: *const c_void, err: *mut c_char, err_len: size_t) -> c_int {
-    let sum = &*(ctx as *const Arc<dyn RankSum>);
-    let t = Tensor::clone_from_ptr(t.cast_mut().cast());
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sum.sum_in_place(&t)))
-        .unwrap_or_else(|_| Err(Error::new(crate::error::ErrorCode::Panic, "the sum over the ranks panicked")));
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            shim::write_error(err, err_len, &e.to_string());
-            1
-        }
-    }
-}
-
-unsafe extern "C" fn release(ctx: *mut c_void) {
-    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(ctx as *mut Arc<dyn RankSum>)));
+    let sum = Arc::clone(sum);
+    super::rank_ops::across_with(x, move |_, t| {
+        let copy = t.f_contiguous()?.f_detach_copy()?;
+        sum.sum_in_place(&copy)?;
+        Ok(copy)
+    })
+    .map_err(|e| e.context("summing over the ranks (SyncBatchNorm)"))
 }
 
 /// What a synchronized training forward needs of its BatchNorm.

@@ -10,7 +10,7 @@ mod host;
 mod prefetch;
 mod settings;
 mod sharded;
-mod state;
+pub(crate) mod state;
 mod unit;
 mod wrap;
 

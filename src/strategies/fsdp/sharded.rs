@@ -133,6 +133,13 @@ impl ShardedModel {
                  first",
             ));
         }
+        if m.is_tensor_parallel() {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                "FSDP of a tensor-parallel model (2-D parallelism) is not supported yet: unshard and free its \
+                 fulmen_tensor_parallel wrapper first",
+            ));
+        }
         // A model built on the meta device gets its values in host memory,
         // unit by unit, as it is sharded.
         let place_on = if m.holds_meta() { place_on.or(Some(Device::Cpu)) } else { place_on };

@@ -167,6 +167,6 @@ pub(crate) fn shard_optimizer_state(units: &[Arc<FsdpUnit>], optimizer: &mut dyn
 }
 
 /// The parameter number of a state key "state.N.name".
-fn index_of(key: &str) -> Option<usize> {
+pub(crate) fn index_of(key: &str) -> Option<usize> {
     key.strip_prefix("state.")?.split('.').next()?.parse().ok()
 }

@@ -145,6 +145,16 @@ private:
     explicit Ddp(fulmen_ddp* owned) noexcept : Handle(owned) {}
 };
 
+namespace detail {
+/// The C handles of a list of optimizers.
+inline std::vector<fulmen_optimizer*> handles_of(const std::vector<std::reference_wrapper<Optimizer>>& list) {
+    std::vector<fulmen_optimizer*> out;
+    out.reserve(list.size());
+    for (Optimizer& o : list) out.push_back(o.get());
+    return out;
+}
+}  // namespace detail
+
 /// FSDP for a host-owned loop (torch's `fully_shard`): the model's
 /// parameters, gradients and optimizer states sharded across the joined
 /// job's ranks. Build the optimizers over the model after constructing it;
@@ -200,7 +210,7 @@ public:
     /// Gathers the full parameters into the model and the optimizers'
     /// states into their full shapes, on every rank (a collective).
     void unshard(const std::vector<std::reference_wrapper<Optimizer>>& optimizers = {}) {
-        auto handles = handles_of(optimizers);
+        auto handles = detail::handles_of(optimizers);
         detail::clear_pending_exception();
         check(fulmen_fsdp_unshard(get(), handles.data(), handles.size()));
     }
@@ -208,20 +218,88 @@ public:
     /// After unshard(): every rank keeps its rows of the parameters' and
     /// the optimizers' current values, and training can go on.
     void reshard(const std::vector<std::reference_wrapper<Optimizer>>& optimizers = {}) {
-        auto handles = handles_of(optimizers);
+        auto handles = detail::handles_of(optimizers);
         detail::clear_pending_exception();
         check(fulmen_fsdp_reshard(get(), handles.data(), handles.size()));
     }
 
 private:
     explicit Fsdp(fulmen_fsdp* owned) noexcept : Handle(owned) {}
+};
 
-    static std::vector<fulmen_optimizer*> handles_of(const std::vector<std::reference_wrapper<Optimizer>>& list) {
-        std::vector<fulmen_optimizer*> out;
-        out.reserve(list.size());
-        for (Optimizer& o : list) out.push_back(o.get());
-        return out;
+/// How a layer splits across the ranks, torch's `ParallelStyle`s
+/// (`fulmen_parallel_style`).
+enum class ParallelStyle : int32_t {
+    /// `ColwiseParallel()`: output features split, the output left split.
+    Colwise = FULMEN_PARALLEL_STYLE_COLWISE,
+    /// `ColwiseParallel(output_layouts=Replicate())`: the output gathered.
+    ColwiseReplicatedOutput = FULMEN_PARALLEL_STYLE_COLWISE_REPLICATED_OUTPUT,
+    /// `RowwiseParallel()`: input features split, the input comes split.
+    Rowwise = FULMEN_PARALLEL_STYLE_ROWWISE,
+    /// `RowwiseParallel(input_layouts=Replicate())`: the input whole (an
+    /// Embedding's rows split).
+    RowwiseReplicatedInput = FULMEN_PARALLEL_STYLE_ROWWISE_REPLICATED_INPUT,
+};
+
+/// Tensor parallelism for a host-owned loop (torch's `parallelize_module`
+/// over the whole joined job): the Linear and Embedding layers a plan
+/// names keep this rank's part of their weights, with the collectives in
+/// their forward and backward. Build the optimizers over the model after
+/// constructing it; each step on every rank: forward, backward, optionally
+/// clip_grad_norm(), the optimizers' step. unshard() gathers the full
+/// parameters and optimizer states to save or read, reshard() goes back to
+/// training. Move-only; freed without unshard(), the split layers refuse to
+/// run.
+class TensorParallel : public detail::Handle<fulmen_tensor_parallel, fulmen_tensor_parallel_free> {
+public:
+    /// An empty object (no handle).
+    TensorParallel() = default;
+
+    /// Splits the layers of `model` that `plan` names (dotted path, style),
+    /// after copying rank 0's parameters and buffers to every rank. Throws
+    /// Error (FULMEN_CODE_INVALID_STATE before distributed::join;
+    /// FULMEN_CODE_INVALID_ARGUMENT or FULMEN_CODE_UNSUPPORTED for a bad
+    /// plan).
+    TensorParallel(Model& model, const std::vector<std::pair<std::string, ParallelStyle>>& plan)
+        : Handle(detail::make<fulmen_tensor_parallel>([&](fulmen_tensor_parallel** out) {
+              std::vector<const char*> modules;
+              std::vector<int32_t> styles;
+              for (const auto& [path, style] : plan) {
+                  modules.push_back(path.c_str());
+                  styles.push_back(static_cast<int32_t>(style));
+              }
+              return fulmen_tensor_parallel_new(model.get(), modules.data(), styles.data(), plan.size(), out);
+          })) {}
+
+    /// Takes ownership of a `fulmen_tensor_parallel` handle.
+    static TensorParallel adopt(fulmen_tensor_parallel* handle) noexcept { return TensorParallel(handle); }
+
+    /// Clips the gradients by their 2-norm over the whole model; returns
+    /// the norm before clipping.
+    double clip_grad_norm(double max_norm) {
+        double total = 0;
+        check(fulmen_tensor_parallel_clip_grad_norm(get(), max_norm, &total));
+        return total;
     }
+
+    /// Gathers the full parameters into the model and the optimizers'
+    /// states into their full shapes, on every rank (a collective).
+    void unshard(const std::vector<std::reference_wrapper<Optimizer>>& optimizers = {}) {
+        auto handles = detail::handles_of(optimizers);
+        detail::clear_pending_exception();
+        check(fulmen_tensor_parallel_unshard(get(), handles.data(), handles.size()));
+    }
+
+    /// After unshard(): every rank keeps its part of the parameters' and
+    /// the optimizers' current values, and training can go on.
+    void reshard(const std::vector<std::reference_wrapper<Optimizer>>& optimizers = {}) {
+        auto handles = detail::handles_of(optimizers);
+        detail::clear_pending_exception();
+        check(fulmen_tensor_parallel_reshard(get(), handles.data(), handles.size()));
+    }
+
+private:
+    explicit TensorParallel(fulmen_tensor_parallel* owned) noexcept : Handle(owned) {}
 };
 
 }  // namespace fulmen

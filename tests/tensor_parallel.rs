@@ -1,0 +1,337 @@
+//! Tensor parallelism across real processes on loopback (gloo): this test
+//! binary re-executes itself (the ignored `tp_rank_main` test) once per
+//! rank with torchrun's environment; every rank trains the same batches
+//! through a model whose layers are split across the ranks, and its losses,
+//! full weights and optimizer state after `unshard` equal one process
+//! training the plain model.
+use fulmen::distributed::JoinOptions;
+use fulmen::nn::{Activation, Module, ParallelStyle};
+use fulmen::optim::{AdamOptions, AdamW, Optimizer};
+use fulmen::strategies::tensor_parallel::TensorParallel;
+use fulmen::trainer::SharedModel;
+use fulmen::{ErrorCode, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use tch::{Kind, Tensor};
+
+const VOCAB: i64 = 16;
+const STEPS: usize = 6;
+const MORE_STEPS: usize = 2;
+const MAX_NORM: f64 = 0.5;
+
+/// `Sequential(Embedding(16, 8, padding_idx=3), Linear(8, 12), Tanh,
+/// Linear(12, 8), LayerNorm(8), Linear(8, 16))`, seeded.
+fn mlp() -> Module {
+    tch::manual_seed(11);
+    let mut m = Module::sequential();
+    m.push(Module::embedding_padded(VOCAB, 8, 3).unwrap()).unwrap();
+    m.push(Module::linear(8, 12, true).unwrap()).unwrap();
+    m.push(Module::activation(Activation::Tanh)).unwrap();
+    m.push(Module::linear(12, 8, true).unwrap()).unwrap();
+    m.push(Module::layer_norm(&[8], 1e-5, true).unwrap()).unwrap();
+    m.push(Module::linear(8, VOCAB, false).unwrap()).unwrap();
+    m
+}
+
+/// `Sequential(Embedding(16, 8), Linear(8, 12), Tanh, Linear(12, 16))`,
+/// seeded: the embedding's columns feed a row-split Linear.
+fn columns() -> Module {
+    tch::manual_seed(12);
+    let mut m = Module::sequential();
+    m.push(Module::embedding(VOCAB, 8).unwrap()).unwrap();
+    m.push(Module::linear(8, 12, false).unwrap()).unwrap();
+    m.push(Module::activation(Activation::Tanh)).unwrap();
+    m.push(Module::linear(12, VOCAB, true).unwrap()).unwrap();
+    m
+}
+
+/// The scenario's model and plan.
+fn scenario(name: &str) -> (Module, Vec<(String, ParallelStyle)>) {
+    use ParallelStyle::*;
+    let plan = |p: &[(&str, ParallelStyle)]| p.iter().map(|(k, s)| (k.to_string(), *s)).collect();
+    match name {
+        "mlp" => (
+            mlp(),
+            plan(&[("0", RowwiseReplicatedInput), ("1", Colwise), ("3", Rowwise), ("5", ColwiseReplicatedOutput)]),
+        ),
+        "columns" => (columns(), plan(&[("0", Colwise), ("1", Rowwise), ("3", ColwiseReplicatedOutput)])),
+        _ => panic!("unknown scenario {name}"),
+    }
+}
+
+/// Batch `step`: token ids `[4, 5]` and next-token targets, the same on
+/// every rank (padding index 3 included).
+fn batch(step: usize) -> (Tensor, Tensor) {
+    let g = Tensor::arange(21, (Kind::Int64, tch::Device::Cpu));
+    let ids = (g.shallow_clone() * (step as i64 * 5 + 3) + step as i64).remainder(VOCAB);
+    let x = ids.narrow(0, 0, 20).view([4, 5]);
+    let y = ids.narrow(0, 1, 20).view([4, 5]);
+    (x, y)
+}
+
+/// One step: forward, loss, backward, clipping by `clip`, the optimizer.
+fn step(model: &SharedModel, opt: &mut dyn Optimizer, s: usize, clip: &dyn Fn() -> Result<f64>) -> Result<(f64, f64)> {
+    let (x, y) = batch(s);
+    let logits = model.lock().unwrap().forward(&x)?;
+    let loss = logits.view([-1, VOCAB]).cross_entropy_for_logits(&y.view([-1]));
+    let value = loss.double_value(&[]);
+    loss.backward();
+    let norm = clip()?;
+    opt.step()?;
+    opt.zero_grad();
+    Ok((value, norm))
+}
+
+fn optimizer(model: &SharedModel) -> Result<AdamW> {
+    let params = model.lock().unwrap().parameters();
+    AdamW::new(params, AdamOptions { lr: 0.02, weight_decay: 0.01, ..Default::default() })
+}
+
+/// What a run leaves: losses and norms per step, the weights and the
+/// optimizer's state after `STEPS`, the losses of `MORE_STEPS` more.
+struct Trained {
+    losses: Vec<f64>,
+    norms: Vec<f64>,
+    weights: Vec<(String, Tensor)>,
+    state: Vec<(String, Tensor)>,
+}
+
+/// Copies of `tensors`, which training changes in place.
+fn copied(tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    tensors.into_iter().map(|(k, t)| (k, t.detach().copy())).collect()
+}
+
+/// One process training the plain model.
+fn reference(name: &str) -> Trained {
+    let (m, _) = scenario(name);
+    let model: SharedModel = Arc::new(Mutex::new(m));
+    let mut opt = optimizer(&model).unwrap();
+    let params = model.lock().unwrap().parameters();
+    let clip = || fulmen::tensor::grad::clip_grad_norm(&params, MAX_NORM, 2.0);
+    let (mut losses, mut norms, mut weights, mut state) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for s in 0..STEPS + MORE_STEPS {
+        if s == STEPS {
+            weights = copied(model.lock().unwrap().state_dict());
+            state = copied(opt.state_dict().unwrap());
+        }
+        let (l, n) = step(&model, &mut opt, s, &clip).unwrap();
+        losses.push(l);
+        norms.push(n);
+    }
+    Trained { losses, norms, weights, state }
+}
+
+/// One rank: the split model trained `STEPS`, unsharded (weights and
+/// optimizer state read whole), split again and trained on.
+fn rank_run(name: &str) -> Result<Trained> {
+    let world: usize = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
+    let ctx = fulmen::distributed::join(&JoinOptions { devices_per_node: world, ..Default::default() })?;
+    let (m, plan) = scenario(name);
+    if ctx.rank() > 0 {
+        // Other values than rank 0's: splitting copies rank 0's first.
+        for p in m.parameters() {
+            let _ = tch::no_grad(|| p.shallow_clone().fill_(0.25));
+        }
+    }
+    let model: SharedModel = Arc::new(Mutex::new(m));
+    let mut tp = TensorParallel::new(ctx, Arc::clone(&model), &plan)?;
+    let mut opt = optimizer(&model)?;
+    let (mut losses, mut norms, mut weights, mut state) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for s in 0..STEPS + MORE_STEPS {
+        if s == STEPS {
+            tp.unshard(&mut [&mut opt])?;
+            weights = copied(model.lock().unwrap().state_dict());
+            state = copied(opt.state_dict()?);
+            // The whole model runs as the plain one meanwhile.
+            let (x, _) = batch(0);
+            let _ = model.lock().unwrap().forward(&x)?;
+            tp.reshard(&mut [&mut opt])?;
+        }
+        let (l, n) = step(&model, &mut opt, s, &|| tp.clip_grad_norm(MAX_NORM))?;
+        losses.push(l);
+        norms.push(n);
+    }
+    tp.unshard(&mut [&mut opt])?;
+    drop(tp);
+    Ok(Trained { losses, norms, weights, state })
+}
+
+/// Refusals, each leaving the model whole and unchanged; then a wrapper
+/// freed while split leaves layers that refuse to run.
+fn refusals_run() -> Result<()> {
+    use ParallelStyle::*;
+    let world: usize = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
+    let ctx = fulmen::distributed::join(&JoinOptions { devices_per_node: world, ..Default::default() })?;
+    let model: SharedModel = Arc::new(Mutex::new(mlp()));
+    let (x, _) = batch(0);
+    let before = model.lock().unwrap().forward(&x)?;
+    let refused = |plan: &[(&str, ParallelStyle)], code: ErrorCode, words: &str| {
+        let plan: Vec<(String, ParallelStyle)> = plan.iter().map(|(k, s)| (k.to_string(), *s)).collect();
+        let e =
+            TensorParallel::new(Arc::clone(&ctx), Arc::clone(&model), &plan).err().expect("a bad plan split the model");
+        assert!(e.code == code || e.code == ErrorCode::Distributed, "{e}");
+        assert!(e.message.contains(words), "{words:?} not in {e}");
+        let after = model.lock().unwrap().forward(&x).unwrap();
+        assert!(after.allclose(&before, 0.0, 0.0, false), "a refused plan changed the model");
+    };
+    refused(&[], ErrorCode::InvalidArgument, "names no layer");
+    refused(&[("4", Colwise)], ErrorCode::Unsupported, "LayerNorm");
+    refused(&[("9", Colwise)], ErrorCode::InvalidArgument, "no child");
+    refused(&[("1", Colwise), ("1", Rowwise)], ErrorCode::InvalidArgument, "twice");
+    refused(&[("0", Rowwise)], ErrorCode::InvalidArgument, "input_layouts=Replicate()");
+    refused(
+        &[("1", Colwise), ("5", if ctx.rank() == 0 { Colwise } else { Rowwise })],
+        ErrorCode::InvalidArgument,
+        "plan differs",
+    );
+    let odd: SharedModel = Arc::new(Mutex::new(Module::linear(5, 3, true)?));
+    let plan = vec![(String::new(), Colwise)];
+    let e = TensorParallel::new(Arc::clone(&ctx), odd, &plan).err().expect("3 rows split in equal parts");
+    assert!(e.message.contains("does not split"), "{e}");
+    let plan = vec![("1".to_string(), Colwise), ("3".to_string(), Rowwise)];
+    let tp = TensorParallel::new(Arc::clone(&ctx), Arc::clone(&model), &plan)?;
+    let e = TensorParallel::new(Arc::clone(&ctx), Arc::clone(&model), &plan).err().expect("split twice");
+    assert!(e.message.contains("split already"), "{e}");
+    let split = model.lock().unwrap().forward(&x)?;
+    assert!(split.allclose(&before, 1e-5, 1e-6, false), "the split model computes what the plain one does");
+    drop(tp);
+    let e = model.lock().unwrap().forward(&x).expect_err("a layer left split ran");
+    assert_eq!(e.code, ErrorCode::InvalidState, "{e}");
+    assert!(e.message.contains("wrapper was freed"), "{e}");
+    Ok(())
+}
+
+/// One rank of a scenario; leaves its results in its folder.
+#[test]
+#[ignore]
+fn tp_rank_main() {
+    let (Ok(name), Ok(work)) = (std::env::var("FULMEN_TEST_SCENARIO"), std::env::var("FULMEN_TEST_WORK")) else {
+        return;
+    };
+    let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    let dir = Path::new(&work).join(format!("rank{rank}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    if name == "refusals" {
+        refusals_run().unwrap();
+        println!("RANK-OK");
+        return;
+    }
+    let t = rank_run(&name).unwrap();
+    let text = |v: &[f64]| v.iter().map(|l| format!("{l:.17e}")).collect::<Vec<_>>().join("\n");
+    std::fs::write(dir.join("losses.txt"), text(&t.losses)).unwrap();
+    std::fs::write(dir.join("norms.txt"), text(&t.norms)).unwrap();
+    Tensor::write_npz(&t.weights, dir.join("weights.npz")).unwrap();
+    Tensor::write_npz(&t.state, dir.join("state.npz")).unwrap();
+    println!("RANK-OK");
+}
+
+/// Starts `world` ranks of `name` and waits for them.
+fn run_ranks(world: usize, name: &str, work: &Path) {
+    let port = fulmen::distributed::launcher::free_port().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            Command::new(&exe)
+                .args(["--ignored", "--exact", "tp_rank_main", "--nocapture", "--test-threads=1"])
+                .env("FULMEN_TEST_SCENARIO", name)
+                .env("FULMEN_TEST_WORK", work)
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("GROUP_RANK", "0")
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut failed = String::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        if !(out.status.success() && text.contains("RANK-OK")) {
+            failed += &format!("rank {rank} failed:\n{text}\n");
+        }
+    }
+    assert!(failed.is_empty(), "{name}: {failed}");
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read(dir: &Path, file: &str) -> Vec<f64> {
+    std::fs::read_to_string(dir.join(file)).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+}
+
+fn assert_same_tensors(what: &str, got: &[(String, Tensor)], want: &[(String, Tensor)]) {
+    assert_eq!(got.len(), want.len(), "{what}: entries");
+    for ((k, a), (wk, b)) in got.iter().zip(want) {
+        assert_eq!(k, wk, "{what}");
+        assert_eq!(a.size(), b.size(), "{what}: {k} shape");
+        if a.kind() == Kind::Float {
+            let diff = (a - b).abs().max().double_value(&[]);
+            assert!(diff < 2e-5, "{what}: {k} differs by {diff}");
+        } else {
+            assert!(a.equal(b), "{what}: {k}");
+        }
+    }
+}
+
+/// Every rank's losses, clipping norms, full weights and optimizer state
+/// equal one process training the plain model.
+fn check_against_one_process(name: &str, world: usize) {
+    let work = tempdir(&format!("tp-{name}-{world}"));
+    run_ranks(world, name, &work);
+    let want = reference(name);
+    for r in 0..world {
+        let dir = work.join(format!("rank{r}"));
+        for (file, reference) in [("losses.txt", &want.losses), ("norms.txt", &want.norms)] {
+            let got = read(&dir, file);
+            assert_eq!(got.len(), reference.len(), "{name}: {file}");
+            for (s, (a, b)) in got.iter().zip(reference.iter()).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "{name} world {world} rank {r} step {s} {file}: {a} vs {b}"
+                );
+            }
+        }
+        assert_same_tensors(
+            &format!("{name} rank {r} weights"),
+            &Tensor::read_npz(dir.join("weights.npz")).unwrap(),
+            &want.weights,
+        );
+        assert_same_tensors(
+            &format!("{name} rank {r} optimizer"),
+            &Tensor::read_npz(dir.join("state.npz")).unwrap(),
+            &want.state,
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn split_layers_on_two_ranks_equal_one_process() {
+    check_against_one_process("mlp", 2);
+    check_against_one_process("columns", 2);
+}
+
+#[test]
+fn split_layers_on_four_ranks_equal_one_process() {
+    check_against_one_process("mlp", 4);
+}
+
+#[test]
+fn bad_plans_are_refused_on_every_rank() {
+    let work = tempdir("tp-refusals");
+    run_ranks(2, "refusals", &work);
+    let _ = std::fs::remove_dir_all(&work);
+}
