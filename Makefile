@@ -163,11 +163,11 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 # `make test-interop` built what it needs.
 INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
   pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger flops_parity wandb_logger \
-  comet_logger attention_parity trace_parity
+  comet_logger attention_parity trace_parity tp_rank
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
   fsdp2-parity fsdp2-mixed fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
   datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads flops-parity wandb-logger \
-  comet-logger attention-parity trace-parity
+  comet-logger attention-parity trace-parity tensor-parallel-mixed
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
 test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
@@ -229,6 +229,9 @@ interop-script-parity:
 interop-trace-parity:
 	@rm -rf $(W)/trace-parity
 	$(PY) tests/interop/trace_parity.py --binary $(W)/trace_parity --work $(W)/trace-parity
+interop-tensor-parallel-mixed:
+	@rm -rf $(W)/tensor-parallel-mixed
+	$(PY) tests/interop/tensor_parallel_mixed.py --binary $(W)/tp_rank --work $(W)/tensor-parallel-mixed
 interop-swa-parity:
 	@rm -rf $(W)/swa-parity
 	$(PY) tests/interop/swa_parity.py --binary $(W)/swa_parity --work $(W)/swa-parity

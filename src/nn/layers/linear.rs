@@ -92,11 +92,14 @@ impl Layer for Linear {
                     self.check_input(x, self.in_features)?;
                     tp.split_last(x)?
                 };
-                let y = tp.reduce_out(&part.f_linear::<Tensor>(&self.weight, None)?)?;
-                Ok(match &self.bias {
-                    Some(b) => y.f_add(b)?,
-                    None => y,
-                })
+                // Each rank adds its share of the bias before the sum, as
+                // DTensor's addmm with a Partial output does: the same terms
+                // on the wire as torch's RowwiseParallel.
+                let mut partial = part.f_linear::<Tensor>(&self.weight, None)?;
+                if let Some(b) = &self.bias {
+                    partial = partial.f_add(&tp.partition(b)?)?;
+                }
+                tp.reduce_out(&partial)
             }
         }
     }

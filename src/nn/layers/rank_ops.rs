@@ -36,6 +36,10 @@ pub(crate) enum Step {
     GatherLast,
     /// This rank's equal part of the last dimension.
     SplitLast,
+    /// Divided by the number of ranks: a value every rank holds whole
+    /// made one of the terms the ranks sum (DTensor's `Replicate` to
+    /// `Partial`).
+    Partition,
 }
 
 /// This rank's equal part of `t`'s last dimension (a copy).
@@ -59,6 +63,7 @@ fn run(comm: &dyn RankComm, step: Step, t: &Tensor) -> Result<Tensor> {
         Step::Sum => comm.sum(t),
         Step::GatherLast => comm.gather(t, -1),
         Step::SplitLast => split_last(t, comm.rank(), comm.world_size()),
+        Step::Partition => Ok(t.f_div_scalar(comm.world_size() as f64)?),
     }
 }
 

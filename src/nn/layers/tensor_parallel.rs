@@ -93,6 +93,14 @@ impl TpSlot {
         across(&self.comm, x, Step::Sum, Step::Identity)
     }
 
+    /// `x / world` in forward, its gradient as it is: a tensor every rank
+    /// holds whole made one of the terms [`TpSlot::reduce_out`] sums
+    /// (DTensor's `Replicate` to `Partial`; its gradient is the whole
+    /// one, as DTensor's redistribution leaves it).
+    pub(crate) fn partition(&self, x: &Tensor) -> Result<Tensor> {
+        across(&self.comm, x, Step::Partition, Step::Identity)
+    }
+
     /// Gathered along the last dimension, gradients split again.
     pub(crate) fn gather_last(&self, x: &Tensor) -> Result<Tensor> {
         across(&self.comm, x, Step::GatherLast, Step::SplitLast)
