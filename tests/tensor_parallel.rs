@@ -4,11 +4,14 @@
 //! through a model whose layers are split across the ranks, and its losses,
 //! full weights and optimizer state after `unshard` equal one process
 //! training the plain model.
+use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
 use fulmen::distributed::JoinOptions;
 use fulmen::nn::{Activation, Module, ParallelStyle};
 use fulmen::optim::{AdamOptions, AdamW, Optimizer};
-use fulmen::strategies::tensor_parallel::TensorParallel;
-use fulmen::trainer::SharedModel;
+use fulmen::strategies::model_parallel::TensorParallel;
+use fulmen::trainer::{
+    LightningModule, OptimizerConfig, OptimizerSetup, SharedModel, StepContext, Trainer, TrainerOptions,
+};
 use fulmen::{ErrorCode, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -202,6 +205,104 @@ fn refusals_run() -> Result<()> {
     Ok(())
 }
 
+/// The mlp on next-token batches for the trainer.
+struct NextToken {
+    model: SharedModel,
+    losses: Vec<f64>,
+    /// The rows of the column-split Linear's weight at each step.
+    rows: Vec<i64>,
+}
+
+impl LightningModule for NextToken {
+    fn model(&self) -> Option<SharedModel> {
+        Some(Arc::clone(&self.model))
+    }
+
+    fn training_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        let m = self.model.lock().unwrap();
+        self.rows.push(m.named_parameters().into_iter().find(|(k, _)| k == "1.weight").unwrap().1.size()[0]);
+        let logits = m.forward(&batch[0])?;
+        drop(m);
+        let loss = logits.view([-1, VOCAB]).cross_entropy_for_logits(&batch[1].view([-1]));
+        self.losses.push(loss.double_value(&[]));
+        Ok(Some(loss))
+    }
+
+    fn predict_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        Ok(Some(self.model.lock().unwrap().forward(&batch[0])?))
+    }
+
+    fn configure_optimizers(&mut self, _setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
+        let params = self.model.lock().unwrap().parameters();
+        let opts = AdamOptions { lr: 0.02, weight_decay: 0.01, ..Default::default() };
+        Ok(vec![OptimizerConfig::new(Box::new(AdamW::new(params, opts)?), None)])
+    }
+}
+
+/// `STEPS` batches of 4 sequences (every rank reads all of them).
+fn token_loader() -> DataLoader {
+    let (xs, ys): (Vec<Tensor>, Vec<Tensor>) = (0..STEPS).map(batch).unzip();
+    let ds = TensorDataset::new(vec![Tensor::cat(&xs, 0), Tensor::cat(&ys, 0)]).unwrap();
+    DataLoader::new(Arc::new(ds), DataLoaderOptions { batch_size: 4, ..Default::default() }).unwrap()
+}
+
+/// A fit's losses and the weights after it.
+type Fitted = (Vec<f64>, Vec<(String, Tensor)>);
+
+/// Fits the mlp for `epochs` epochs with `strategy` (checkpoints under
+/// `root`, clipping by norm), from `resume` when given; the losses and
+/// the weights after the fit.
+fn fit(strategy: &str, epochs: i64, root: &Path, resume: Option<&str>) -> Result<Fitted> {
+    let mut o = TrainerOptions::default();
+    let (epochs, root) = (epochs.to_string(), root.to_string_lossy().to_string());
+    for (k, v) in [
+        ("max_epochs", epochs.as_str()),
+        ("accelerator", "cpu"),
+        ("strategy", strategy),
+        ("logger", "false"),
+        ("enable_progress_bar", "false"),
+        ("enable_model_summary", "false"),
+        ("handle_signals", "false"),
+        ("gradient_clip_val", "0.5"),
+        ("default_root_dir", root.as_str()),
+    ] {
+        o.set(k, v)?;
+    }
+    if strategy == "model_parallel" {
+        o.set("tensor_parallel_plan", "0=rowwise_replicated_input, 1=colwise, 3=rowwise, 5=colwise_replicated_output")?;
+    }
+    let mut t = Trainer::new(o)?;
+    let mut m = NextToken { model: Arc::new(Mutex::new(scenario("mlp").0)), losses: Vec::new(), rows: Vec::new() };
+    t.fit(&mut m, &token_loader(), None, resume)?;
+    // Split during the fit (12 rows over the ranks), whole after it.
+    let world: i64 = std::env::var("WORLD_SIZE").map_or(1, |w| w.parse().unwrap());
+    let split = if strategy == "model_parallel" { 12 / world } else { 12 };
+    assert!(m.rows.iter().all(|r| *r == split), "rows {:?}, want {split}", m.rows);
+    let weights = copied(m.model.lock().unwrap().state_dict());
+    Ok((m.losses, weights))
+}
+
+/// The checkpoint a fit under `root` saved last.
+fn last_checkpoint(root: &Path) -> String {
+    let dir = root.join("checkpoints");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    found.sort();
+    found.pop().expect("no checkpoint").to_string_lossy().to_string()
+}
+
+/// One rank of the trainer's model_parallel: two epochs, or one and then a
+/// resume from its checkpoint for the second (`resume`).
+fn trainer_run(work: &Path, resume: bool) -> Result<Fitted> {
+    let root = work.join("fit");
+    if !resume {
+        return fit("model_parallel", 2, &root, None);
+    }
+    let (mut first, _) = fit("model_parallel", 1, &root, None)?;
+    let (second, weights) = fit("model_parallel", 2, &work.join("resumed"), Some(&last_checkpoint(&root)))?;
+    first.extend(second);
+    Ok((first, weights))
+}
+
 /// One rank of a scenario; leaves its results in its folder.
 #[test]
 #[ignore]
@@ -214,6 +315,14 @@ fn tp_rank_main() {
     std::fs::create_dir_all(&dir).unwrap();
     if name == "refusals" {
         refusals_run().unwrap();
+        println!("RANK-OK");
+        return;
+    }
+    if name.starts_with("trainer") {
+        let (losses, weights) = trainer_run(Path::new(&work), name == "trainer_resume").unwrap();
+        let text = losses.iter().map(|l| format!("{l:.17e}")).collect::<Vec<_>>().join("\n");
+        std::fs::write(dir.join("losses.txt"), text).unwrap();
+        Tensor::write_npz(&weights, dir.join("weights.npz")).unwrap();
         println!("RANK-OK");
         return;
     }
@@ -327,6 +436,32 @@ fn split_layers_on_two_ranks_equal_one_process() {
 #[test]
 fn split_layers_on_four_ranks_equal_one_process() {
     check_against_one_process("mlp", 4);
+}
+
+/// The trainer's model_parallel on 2 ranks (clipping, a checkpoint each
+/// epoch, the model whole after the fit), and resumed from its checkpoint,
+/// equals one process fitting the plain model.
+#[test]
+fn the_trainers_model_parallel_equals_one_process() {
+    let reference_root = tempdir("tp-trainer-reference");
+    let (want_losses, want_weights) = fit("auto", 2, &reference_root, None).unwrap();
+    assert_eq!(want_losses.len(), 2 * STEPS);
+    for name in ["trainer", "trainer_resume"] {
+        let work = tempdir(&format!("tp-{name}"));
+        run_ranks(2, name, &work);
+        for r in 0..2 {
+            let dir = work.join(format!("rank{r}"));
+            let got = read(&dir, "losses.txt");
+            assert_eq!(got.len(), want_losses.len(), "{name}: steps");
+            for (s, (a, b)) in got.iter().zip(&want_losses).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name} rank {r} step {s}: {a} vs {b}");
+            }
+            let weights = Tensor::read_npz(dir.join("weights.npz")).unwrap();
+            assert_same_tensors(&format!("{name} rank {r} weights"), &weights, &want_weights);
+        }
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let _ = std::fs::remove_dir_all(&reference_root);
 }
 
 #[test]

@@ -595,6 +595,32 @@ func (o *TrainerOptions) SetFsdpStateDictType(v string) error {
 	return o.Set("fsdp_state_dict_type", v)
 }
 
+// SetTensorParallelPlan sets `tensor_parallel_plan` (text; default none):
+// strategy "model_parallel": the layers to split across the ranks,
+// "path=style, ..." (what parallelize_module's plan says; Linear and
+// Embedding layers), each style one of colwise (ColwiseParallel()),
+// colwise_replicated_output (ColwiseParallel(output_layouts=Replicate())),
+// rowwise (RowwiseParallel()) and rowwise_replicated_input
+// (RowwiseParallel(input_layouts=Replicate())).
+func (o *TrainerOptions) SetTensorParallelPlan(v string) error {
+	return o.Set("tensor_parallel_plan", v)
+}
+
+// SetDataParallelSize sets `data_parallel_size` (text; default auto):
+// strategy "model_parallel": Lightning's data_parallel_size, "auto"
+// (num_nodes) or a count; fulmen runs 1 (every rank in the tensor-parallel
+// group) and refuses more.
+func (o *TrainerOptions) SetDataParallelSize(v string) error {
+	return o.Set("data_parallel_size", v)
+}
+
+// SetTensorParallelSize sets `tensor_parallel_size` (text; default auto):
+// strategy "model_parallel": Lightning's tensor_parallel_size, "auto" (the
+// ranks per data-parallel replica) or a count, which must be the world size.
+func (o *TrainerOptions) SetTensorParallelSize(v string) error {
+	return o.Set("tensor_parallel_size", v)
+}
+
 // SetDDPTimeout sets `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800):
 // limit on the rendezvous and on every collective of a distributed job.
 func (o *TrainerOptions) SetDDPTimeout(d time.Duration) error {

@@ -98,6 +98,9 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetFsdpReduceScatterUnusedParams(false)", o.SetFsdpReduceScatterUnusedParams(false)},
 		{"o.SetFsdpCpuOffload(false)", o.SetFsdpCpuOffload(false)},
 		{"o.SetFsdpStateDictType(\"full\")", o.SetFsdpStateDictType("full")},
+		{"o.SetTensorParallelPlan(\"none\")", o.SetTensorParallelPlan("none")},
+		{"o.SetDataParallelSize(\"auto\")", o.SetDataParallelSize("auto")},
+		{"o.SetTensorParallelSize(\"auto\")", o.SetTensorParallelSize("auto")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}
 	for _, c := range calls {

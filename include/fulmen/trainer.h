@@ -893,6 +893,20 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   torch.distributed.checkpoint directory (every rank writes its shards,
  *   rank 0 .metadata and meta.pt), as Lightning's FSDP strategies write;
  *   it resumes on any number of ranks.
+ * - `tensor_parallel_plan` (text; default none): strategy
+ *   "model_parallel": the layers to split across the ranks, "path=style,
+ *   ..." (what parallelize_module's plan says; Linear and Embedding
+ *   layers), each style one of colwise (ColwiseParallel()),
+ *   colwise_replicated_output
+ *   (ColwiseParallel(output_layouts=Replicate())), rowwise
+ *   (RowwiseParallel()) and rowwise_replicated_input
+ *   (RowwiseParallel(input_layouts=Replicate())).
+ * - `data_parallel_size` (text; default auto): strategy "model_parallel":
+ *   Lightning's data_parallel_size, "auto" (num_nodes) or a count; fulmen
+ *   runs 1 (every rank in the tensor-parallel group) and refuses more.
+ * - `tensor_parallel_size` (text; default auto): strategy
+ *   "model_parallel": Lightning's tensor_parallel_size, "auto" (the ranks
+ *   per data-parallel replica) or a count, which must be the world size.
  * - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
  *   rendezvous and on every collective of a distributed job.
  *
@@ -1231,7 +1245,11 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * `reduce_scatter_unused_params` (boolean, default false; with
  * `sync_module_states` false, what a job shared with PyTorch FSDP2 ranks
  * needs) and `cpu_offload` (boolean, default false: shards, gradients and
- * optimizer states in the host's memory). A bad key or value is
+ * optimizer states in the host's memory); for "model_parallel"
+ * `tensor_parallel_plan` ("path=style, ...", styles colwise,
+ * colwise_replicated_output, rowwise, rowwise_replicated_input),
+ * `data_parallel_size` and `tensor_parallel_size` ("auto" or a count;
+ * fulmen runs 1 and the world size). A bad key or value is
  * FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a

@@ -150,10 +150,9 @@ fn device_backend(acc: &dyn Accelerator, list: &[Device], strategy: &str) -> Res
 }
 
 /// The `Strategy` methods every strategy of one process per device shares
-/// (DDP, FSDP): the placement, the ranks from the job's context `ctx`, the
-/// rank's shard of a DataLoader (padded to equal length, reshuffled per
-/// epoch), and the job's reductions and barrier.
-macro_rules! job_methods {
+/// (DDP, FSDP, model_parallel): the placement, the ranks from the job's
+/// context `ctx`, and the job's reductions and barrier.
+macro_rules! job_methods_common {
     () => {
         fn placement(&self) -> &Placement {
             &self.placement
@@ -183,20 +182,6 @@ macro_rules! job_methods {
             self.ctx.env.local_rank
         }
 
-        fn shard<'a>(
-            &self,
-            source: &'a dyn crate::trainer::BatchSource,
-            use_sampler: bool,
-        ) -> crate::strategies::Sharded<'a> {
-            if !use_sampler || self.ctx.world_size() <= 1 {
-                return crate::strategies::Sharded::Borrowed(source);
-            }
-            match source.shard(self.ctx.rank(), self.ctx.world_size()) {
-                Some(owned) => crate::strategies::Sharded::Owned(owned),
-                None => crate::strategies::Sharded::Borrowed(source),
-            }
-        }
-
         fn reduce(&self, values: &mut [f64], op: crate::trainer::metrics::ReduceFx) -> crate::error::Result<()> {
             crate::strategies::ddp::reduce_with(&self.ctx, values, op)
         }
@@ -224,6 +209,30 @@ macro_rules! job_methods {
 
         fn barrier(&self) -> crate::error::Result<()> {
             self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
+        }
+    };
+}
+pub(crate) use job_methods_common;
+
+/// [`job_methods_common`] and `shard`: each rank reads its shard of a
+/// DataLoader (Lightning's DistributedSampler: padded to equal length,
+/// reshuffled per epoch).
+macro_rules! job_methods {
+    () => {
+        crate::strategies::ddp::job_methods_common!();
+
+        fn shard<'a>(
+            &self,
+            source: &'a dyn crate::trainer::BatchSource,
+            use_sampler: bool,
+        ) -> crate::strategies::Sharded<'a> {
+            if !use_sampler || self.ctx.world_size() <= 1 {
+                return crate::strategies::Sharded::Borrowed(source);
+            }
+            match source.shard(self.ctx.rank(), self.ctx.world_size()) {
+                Some(owned) => crate::strategies::Sharded::Owned(owned),
+                None => crate::strategies::Sharded::Borrowed(source),
+            }
         }
     };
 }

@@ -6,15 +6,16 @@ mod data_parallel;
 mod ddp;
 mod dp;
 pub mod fsdp;
+pub mod model_parallel;
 mod registry;
 mod single_device;
 mod strategy;
-pub mod tensor_parallel;
 pub(crate) mod xla;
 
 pub(crate) use ddp::DdpStrategy;
 pub(crate) use dp::DpStrategy;
 pub(crate) use fsdp::FsdpStrategy;
+pub(crate) use model_parallel::ModelParallelStrategy;
 pub use registry::{list, lookup, StrategyInfo, StrategyKind, StrategySpec};
 pub(crate) use single_device::SingleDeviceStrategy;
 pub(crate) use strategy::{Sharded, Strategy};

@@ -26,6 +26,9 @@ pub enum StrategyKind {
     /// Fully sharded data parallel: one process per device as for DDP,
     /// parameters, gradients and optimizer state sharded across the ranks.
     Fsdp,
+    /// Tensor parallelism (Lightning's `ModelParallelStrategy`): one
+    /// process per device, the planned layers split across every rank.
+    ModelParallel,
 }
 
 /// A registry entry.
@@ -98,6 +101,14 @@ const ENTRIES: &[Entry] = &[
         find_unused: false,
     },
     Entry {
+        name: "model_parallel",
+        description: "one process per device as for ddp, the layers of tensor_parallel_plan split across every rank \
+                      (torch's parallelize_module with ColwiseParallel / RowwiseParallel), every rank on the same \
+                      batches",
+        kind: StrategyKind::ModelParallel,
+        find_unused: false,
+    },
+    Entry {
         name: "xla",
         description: "one process per XLA device, started as for ddp, gradients averaged after backward (through \
                       gloo on host copies); needs the xla accelerator",
@@ -135,6 +146,8 @@ pub struct StrategySpec {
     pub num_nodes: usize,
     /// FSDP's settings (sharding strategy, wrap policy).
     pub fsdp: super::fsdp::FsdpOptions,
+    /// model_parallel's settings (the plan, the sizes).
+    pub model_parallel: super::model_parallel::ModelParallelOptions,
 }
 
 /// The strategy registered as `name` with default settings.
@@ -156,6 +169,7 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
         timeout: DEFAULT_TIMEOUT,
         num_nodes: 1,
         fsdp: Default::default(),
+        model_parallel: Default::default(),
     })
 }
 
@@ -216,11 +230,13 @@ impl StrategySpec {
                     .ok_or_else(|| Error::invalid(format!("strategy option {key}: {v:?} is not an integer >= 1")))?
             }
             _ if self.fsdp.set(key, v).map_err(|e| e.context(format!("strategy option {key}")))? => {}
+            _ if self.model_parallel.set(key, v).map_err(|e| e.context(format!("strategy option {key}")))? => {}
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown strategy option {key:?}; known: find_unused_parameters, broadcast_buffers, \
-                     sync_batchnorm, process_group_backend, timeout, bucket_cap_mb, num_nodes, {}",
-                    super::fsdp::KEYS
+                     sync_batchnorm, process_group_backend, timeout, bucket_cap_mb, num_nodes, {}, {}",
+                    super::fsdp::KEYS,
+                    super::model_parallel::KEYS
                 )))
             }
         }
@@ -242,6 +258,7 @@ mod tests {
         assert_eq!(lookup("dp").unwrap().kind, StrategyKind::Dp);
         assert_eq!(lookup("xla").unwrap().kind, StrategyKind::Xla);
         assert_eq!(lookup("fsdp").unwrap().kind, StrategyKind::Fsdp);
+        assert_eq!(lookup("model_parallel").unwrap().kind, StrategyKind::ModelParallel);
         let e = lookup("deepspeed").unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(e.message.contains("not available"), "{e}");

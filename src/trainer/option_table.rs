@@ -846,6 +846,32 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("state_dict_type"),
     },
     TrainerOption {
+        key: "tensor_parallel_plan",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "strategy \"model_parallel\": the layers to split across the ranks, \"path=style, ...\" (what \
+              parallelize_module's plan says; Linear and Embedding layers), each style one of colwise \
+              (ColwiseParallel()), colwise_replicated_output (ColwiseParallel(output_layouts=Replicate())), rowwise \
+              (RowwiseParallel()) and rowwise_replicated_input (RowwiseParallel(input_layouts=Replicate()))",
+        apply: strategy_setting!("tensor_parallel_plan"),
+    },
+    TrainerOption {
+        key: "data_parallel_size",
+        kind: OptionKind::Text,
+        default: "auto",
+        doc: "strategy \"model_parallel\": Lightning's data_parallel_size, \"auto\" (num_nodes) or a count; fulmen \
+              runs 1 (every rank in the tensor-parallel group) and refuses more",
+        apply: strategy_setting!("data_parallel_size"),
+    },
+    TrainerOption {
+        key: "tensor_parallel_size",
+        kind: OptionKind::Text,
+        default: "auto",
+        doc: "strategy \"model_parallel\": Lightning's tensor_parallel_size, \"auto\" (the ranks per data-parallel \
+              replica) or a count, which must be the world size",
+        apply: strategy_setting!("tensor_parallel_size"),
+    },
+    TrainerOption {
         key: "ddp_timeout",
         kind: OptionKind::Duration,
         default: "1800",

@@ -12,7 +12,8 @@ use crate::accelerators::{registry, Accelerator, DevicesSpec};
 use crate::distributed::{ClusterEnv, ProcessGroup};
 use crate::error::{Error, Result, ResultExt};
 use crate::strategies::{
-    xla, DdpStrategy, DpStrategy, FsdpStrategy, Sharded, SingleDeviceStrategy, Strategy, StrategyKind,
+    xla, DdpStrategy, DpStrategy, FsdpStrategy, ModelParallelStrategy, Sharded, SingleDeviceStrategy, Strategy,
+    StrategyKind,
 };
 use crate::tensor::device::Device;
 use crate::trainer::metrics::ReduceFx;
@@ -76,6 +77,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
         StrategyKind::Dp => Box::new(DpStrategy::connect(acc, list, opts)?),
         StrategyKind::Ddp => Box::new(DdpStrategy::connect(acc, &list, opts)?),
         StrategyKind::Fsdp => Box::new(FsdpStrategy::connect(acc, &list, opts)?),
+        StrategyKind::ModelParallel => Box::new(ModelParallelStrategy::connect(acc, &list, opts)?),
         StrategyKind::Xla => Box::new(xla::connect(acc, &list, opts)?),
         _ => Box::new(SingleDeviceStrategy::connect(acc, &list, opts)?),
     };

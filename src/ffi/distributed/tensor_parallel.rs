@@ -10,7 +10,7 @@ use crate::ffi::distributed::job::joined;
 use crate::ffi::nn::model::fulmen_model;
 use crate::ffi::optim::optimizers::fulmen_optimizer;
 use crate::nn::ParallelStyle;
-use crate::strategies::tensor_parallel::TensorParallel;
+use crate::strategies::model_parallel::TensorParallel;
 use libc::c_char;
 use std::sync::Arc;
 

@@ -298,6 +298,20 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   torch.distributed.checkpoint directory (every rank writes its shards,
 ///   rank 0 .metadata and meta.pt), as Lightning's FSDP strategies write;
 ///   it resumes on any number of ranks.
+/// - `tensor_parallel_plan` (text; default none): strategy
+///   "model_parallel": the layers to split across the ranks, "path=style,
+///   ..." (what parallelize_module's plan says; Linear and Embedding
+///   layers), each style one of colwise (ColwiseParallel()),
+///   colwise_replicated_output
+///   (ColwiseParallel(output_layouts=Replicate())), rowwise
+///   (RowwiseParallel()) and rowwise_replicated_input
+///   (RowwiseParallel(input_layouts=Replicate())).
+/// - `data_parallel_size` (text; default auto): strategy "model_parallel":
+///   Lightning's data_parallel_size, "auto" (num_nodes) or a count; fulmen
+///   runs 1 (every rank in the tensor-parallel group) and refuses more.
+/// - `tensor_parallel_size` (text; default auto): strategy
+///   "model_parallel": Lightning's tensor_parallel_size, "auto" (the ranks
+///   per data-parallel replica) or a count, which must be the world size.
 /// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
 ///   rendezvous and on every collective of a distributed job.
 // Generated: end

@@ -60,7 +60,11 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// `reduce_scatter_unused_params` (boolean, default false; with
 /// `sync_module_states` false, what a job shared with PyTorch FSDP2 ranks
 /// needs) and `cpu_offload` (boolean, default false: shards, gradients and
-/// optimizer states in the host's memory). A bad key or value is
+/// optimizer states in the host's memory); for "model_parallel"
+/// `tensor_parallel_plan` ("path=style, ...", styles colwise,
+/// colwise_replicated_output, rowwise, rowwise_replicated_input),
+/// `data_parallel_size` and `tensor_parallel_size` ("auto" or a count;
+/// fulmen runs 1 and the world size). A bad key or value is
 /// FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a

@@ -42,6 +42,22 @@ impl ParallelStyle {
         }
     }
 
+    /// Parses fulmen's spelling of a style: "colwise",
+    /// "colwise_replicated_output", "rowwise", "rowwise_replicated_input"
+    /// (any case).
+    pub fn parse(text: &str) -> Result<ParallelStyle> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "colwise" => Ok(ParallelStyle::Colwise),
+            "colwise_replicated_output" => Ok(ParallelStyle::ColwiseReplicatedOutput),
+            "rowwise" => Ok(ParallelStyle::Rowwise),
+            "rowwise_replicated_input" => Ok(ParallelStyle::RowwiseReplicatedInput),
+            _ => Err(Error::invalid(format!(
+                "{text:?} is not a parallel style (colwise, colwise_replicated_output, rowwise, \
+                 rowwise_replicated_input)"
+            ))),
+        }
+    }
+
     /// Whether the layer's output features are split.
     pub fn is_colwise(self) -> bool {
         matches!(self, ParallelStyle::Colwise | ParallelStyle::ColwiseReplicatedOutput)

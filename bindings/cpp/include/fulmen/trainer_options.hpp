@@ -508,6 +508,29 @@ public:
     /// Sets `fsdp_state_dict_type` on a temporary and passes it on.
     Self&& fsdp_state_dict_type(std::string_view v) && { return std::move(put("fsdp_state_dict_type", v)); }
 
+    /// `tensor_parallel_plan` (text; default none): strategy "model_parallel": the layers to split
+    /// across the ranks, "path=style, ..." (what parallelize_module's plan says; Linear and
+    /// Embedding layers), each style one of colwise (ColwiseParallel()), colwise_replicated_output
+    /// (ColwiseParallel(output_layouts=Replicate())), rowwise (RowwiseParallel()) and
+    /// rowwise_replicated_input (RowwiseParallel(input_layouts=Replicate())).
+    Self& tensor_parallel_plan(std::string_view v) & { return put("tensor_parallel_plan", v); }
+    /// Sets `tensor_parallel_plan` on a temporary and passes it on.
+    Self&& tensor_parallel_plan(std::string_view v) && { return std::move(put("tensor_parallel_plan", v)); }
+
+    /// `data_parallel_size` (text; default auto): strategy "model_parallel": Lightning's
+    /// data_parallel_size, "auto" (num_nodes) or a count; fulmen runs 1 (every rank in the
+    /// tensor-parallel group) and refuses more.
+    Self& data_parallel_size(std::string_view v) & { return put("data_parallel_size", v); }
+    /// Sets `data_parallel_size` on a temporary and passes it on.
+    Self&& data_parallel_size(std::string_view v) && { return std::move(put("data_parallel_size", v)); }
+
+    /// `tensor_parallel_size` (text; default auto): strategy "model_parallel": Lightning's
+    /// tensor_parallel_size, "auto" (the ranks per data-parallel replica) or a count, which must be
+    /// the world size.
+    Self& tensor_parallel_size(std::string_view v) & { return put("tensor_parallel_size", v); }
+    /// Sets `tensor_parallel_size` on a temporary and passes it on.
+    Self&& tensor_parallel_size(std::string_view v) && { return std::move(put("tensor_parallel_size", v)); }
+
     /// `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the rendezvous and on every
     /// collective of a distributed job.
     template <class Rep, class Period>

@@ -1,19 +1,19 @@
-//! Tensor parallelism for a host-owned loop (torch's `parallelize_module`
-//! with `ColwiseParallel` and `RowwiseParallel`; the tensor dimension of
-//! Lightning's `ModelParallelStrategy`): the layers a plan names keep this
+//! Tensor parallelism (torch's `parallelize_module` with `ColwiseParallel`
+//! and `RowwiseParallel`), for host-owned loops (`fulmen_tensor_parallel`)
+//! and the model_parallel strategy: the layers a plan names keep this
 //! rank's part of their weights and compute their part of each result
 //! (`src/nn/layers/tensor_parallel.rs`), the collectives inside the
 //! forward and backward. The optimizers step on the parts; gradient
 //! clipping takes the norm over the whole model; `unshard` gathers the
 //! full parameters and optimizer states to save or read them.
-use super::ddp::GroupSum;
-use super::fsdp::state::{clip_norm_over_ranks, index_of};
 use crate::distributed::DistContext;
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::layers::rank_ops::RankComm;
 use crate::nn::layers::tensor_parallel::{ParallelStyle, TpSlot, RELEASED, SHARDED, WHOLE};
 use crate::nn::Module;
 use crate::optim::Optimizer;
+use crate::strategies::ddp::GroupSum;
+use crate::strategies::fsdp::state::{clip_norm_over_ranks, index_of};
 use crate::trainer::SharedModel;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +25,12 @@ struct SplitTensor {
     dim: i64,
     /// The full shape.
     full: Vec<i64>,
+    /// This rank's part's shape.
+    part: Vec<i64>,
+    /// While gathered for a checkpoint: the part and its gradient
+    /// (undefined when it had none), put back as they were unless a
+    /// checkpoint was loaded meanwhile.
+    parked: Option<(Tensor, Tensor)>,
 }
 
 /// A model whose planned layers are split across the job's ranks.
@@ -165,7 +171,7 @@ impl TensorParallel {
             let mine = param.f_detach()?.f_narrow(dim, rank * part, part)?.f_contiguous()?.f_detach_copy()?;
             point(&param, &mine).map_err(|e| e.context(format!("splitting {name}")))?;
             crate::tensor::grad::set_grad(&param, None)?;
-            split.push(SplitTensor { param, dim, full });
+            split.push(SplitTensor { param, dim, part: mine.size(), full, parked: None });
         }
         drop(m);
         Ok(TensorParallel { model, ctx, comm, phase, paths, split, unsharded_optimizers: Vec::new() })
@@ -193,11 +199,15 @@ impl TensorParallel {
             ));
         }
         let params = lock(&self.model).parameters();
+        Ok(self.clip_norm(&params, max_norm)?.f_double_value(&[])?)
+    }
+
+    /// Clips the gradients of `params` (the model's, split or not) by
+    /// their 2-norm over the whole model; the total norm before clipping.
+    pub(crate) fn clip_norm(&self, params: &[Tensor], max_norm: f64) -> Result<Tensor> {
         let whole: Vec<Tensor> =
             params.iter().filter(|p| self.split_of(p).is_none()).map(Tensor::shallow_clone).collect();
-        let total =
-            clip_norm_over_ranks(&self.ctx.group, &params, &whole, max_norm).map_err(|e| self.ctx.explain(e))?;
-        Ok(total.f_double_value(&[])?)
+        clip_norm_over_ranks(&self.ctx.group, params, &whole, max_norm).map_err(|e| self.ctx.explain(e))
     }
 
     /// Calls `f(state tensor, split parameter)` for every per-parameter
@@ -207,7 +217,7 @@ impl TensorParallel {
         &self,
         optimizer: &dyn Optimizer,
         state: &mut [(String, Tensor)],
-        shape: &dyn Fn(&SplitTensor) -> Vec<i64>,
+        shape: &dyn Fn(&SplitTensor) -> &[i64],
         f: &mut dyn FnMut(&mut Tensor, &SplitTensor) -> Result<()>,
     ) -> Result<()> {
         let params: Vec<&Tensor> = optimizer.param_groups().iter().flat_map(|g| g.params.iter()).collect();
@@ -220,6 +230,101 @@ impl TensorParallel {
         Ok(())
     }
 
+    /// `optimizer`'s state with the entries of split parameters gathered
+    /// into their full shapes (a collective on every rank, in the state's
+    /// order), as a checkpoint holds it.
+    pub(crate) fn full_optimizer_state(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
+        let mut state = optimizer.state_dict()?;
+        let comm = self.comm.as_ref();
+        self.for_split_state(optimizer, &mut state, &|s| &s.part, &mut |t, s| {
+            *t = comm.gather(t, s.dim)?;
+            Ok(())
+        })
+        .map_err(|e| self.ctx.explain(e))?;
+        Ok(state)
+    }
+
+    /// This rank's part of `t`, a full value of the split parameter `s`.
+    fn part_of(&self, t: &Tensor, s: &SplitTensor) -> Result<Tensor> {
+        let part = s.part[s.dim as usize];
+        let first = self.comm.rank() as i64 * part;
+        Ok(t.f_detach()?.f_narrow(s.dim, first, part)?.f_contiguous()?.f_detach_copy()?)
+    }
+
+    /// Cuts the entries of `optimizer`'s state that hold a split
+    /// parameter's full shape (a loaded checkpoint's) to this rank's part.
+    pub(crate) fn cut_optimizer_state(&self, optimizer: &mut dyn Optimizer) -> Result<()> {
+        let mut state = optimizer.state_dict()?;
+        let mut changed = false;
+        self.for_split_state(&*optimizer, &mut state, &|s| &s.full, &mut |t, s| {
+            *t = self.part_of(t, s)?;
+            changed = true;
+            Ok(())
+        })?;
+        if changed {
+            optimizer
+                .load_state_dict(&state)
+                .map_err(|e| e.context("the optimizer's state cut to this rank's part"))?;
+        }
+        Ok(())
+    }
+
+    /// Gathers every split parameter's full value on every rank (a
+    /// collective); the layers then compute as plain ones. With `park`
+    /// each part and its gradient are kept to be put back by
+    /// [`TensorParallel::cut_params`] (a checkpoint's gather); without,
+    /// the gradients are dropped. Nothing when already whole.
+    pub(crate) fn gather_params(&mut self, park: bool) -> Result<()> {
+        if self.whole() {
+            return Ok(());
+        }
+        let comm = self.comm.as_ref();
+        let gathered: Vec<Tensor> = self
+            .split
+            .iter()
+            .map(|s| comm.gather(&s.param.f_detach()?, s.dim))
+            .collect::<Result<_>>()
+            .map_err(|e| self.ctx.explain(e))?;
+        for (s, full) in self.split.iter_mut().zip(&gathered) {
+            s.parked = if park { Some((s.param.f_detach()?, s.param.grad())) } else { None };
+            point(&s.param, full)?;
+            crate::tensor::grad::set_grad(&s.param, None)?;
+        }
+        self.phase.store(WHOLE, Ordering::Release);
+        Ok(())
+    }
+
+    /// Splits the gathered parameters again, locally: each takes back its
+    /// parked part and gradient unless `restored` (values were loaded
+    /// since: each rank cuts its part of them, without gradients).
+    pub(crate) fn cut_params(&mut self, restored: bool) -> Result<()> {
+        if !self.whole() {
+            return Ok(());
+        }
+        if let Some(s) = self.split.iter().find(|s| s.param.size() != s.full) {
+            return Err(Error::shape(format!(
+                "tensor parallel: a split parameter has shape {:?}, its full shape is {:?}",
+                s.param.size(),
+                s.full
+            )));
+        }
+        let parts: Vec<(Tensor, Option<Tensor>)> = self
+            .split
+            .iter()
+            .map(|s| match (&s.parked, restored) {
+                (Some((part, grad)), false) => Ok((part.shallow_clone(), grad.defined().then(|| grad.shallow_clone()))),
+                _ => Ok((self.part_of(&s.param, s)?, None)),
+            })
+            .collect::<Result<_>>()?;
+        for (s, (part, grad)) in self.split.iter_mut().zip(&parts) {
+            point(&s.param, part)?;
+            crate::tensor::grad::set_grad(&s.param, grad.as_ref())?;
+            s.parked = None;
+        }
+        self.phase.store(SHARDED, Ordering::Release);
+        Ok(())
+    }
+
     /// Gathers every split parameter's full value and the `optimizers`'
     /// states into their full shapes, on every rank (a collective); the
     /// gradients are dropped. The model then computes as a plain model on
@@ -229,29 +334,9 @@ impl TensorParallel {
         if self.whole() {
             return Ok(());
         }
-        let comm = self.comm.as_ref();
-        let mut states = Vec::new();
-        for o in optimizers.iter() {
-            let mut state = o.state_dict()?;
-            let part = |s: &SplitTensor| s.param.size();
-            self.for_split_state(&**o, &mut state, &part, &mut |t, s| {
-                *t = comm.gather(t, s.dim)?;
-                Ok(())
-            })
-            .map_err(|e| self.ctx.explain(e))?;
-            states.push(state);
-        }
-        let gathered: Vec<Tensor> = self
-            .split
-            .iter()
-            .map(|s| comm.gather(&s.param.f_detach()?, s.dim))
-            .collect::<Result<_>>()
-            .map_err(|e| self.ctx.explain(e))?;
-        for (s, full) in self.split.iter().zip(&gathered) {
-            point(&s.param, full)?;
-            crate::tensor::grad::set_grad(&s.param, None)?;
-        }
-        self.phase.store(WHOLE, Ordering::Release);
+        let states: Vec<Vec<(String, Tensor)>> =
+            optimizers.iter().map(|o| self.full_optimizer_state(&**o)).collect::<Result<_>>()?;
+        self.gather_params(false)?;
         self.unsharded_optimizers = optimizers.iter().map(|o| address_of(&**o)).collect();
         for (o, state) in optimizers.iter_mut().zip(states) {
             o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state in full shapes"))?;
@@ -280,37 +365,10 @@ impl TensorParallel {
                 gathered.len()
             )));
         }
-        if let Some(s) = self.split.iter().find(|s| s.param.size() != s.full) {
-            return Err(Error::shape(format!(
-                "fulmen_tensor_parallel_reshard: a split parameter has shape {:?}, its full shape is {:?}",
-                s.param.size(),
-                s.full
-            )));
-        }
-        let (rank, world) = (self.comm.rank() as i64, self.comm.world_size() as i64);
-        let part_of = |t: &Tensor, s: &SplitTensor| -> Result<Tensor> {
-            let part = s.full[s.dim as usize] / world;
-            Ok(t.f_detach()?.f_narrow(s.dim, rank * part, part)?.f_contiguous()?.f_detach_copy()?)
-        };
-        let mut states = Vec::new();
-        for o in optimizers.iter() {
-            let mut state = o.state_dict()?;
-            let full = |s: &SplitTensor| s.full.clone();
-            self.for_split_state(&**o, &mut state, &full, &mut |t, s| {
-                *t = part_of(t, s)?;
-                Ok(())
-            })?;
-            states.push(state);
-        }
-        let parts: Vec<Tensor> = self.split.iter().map(|s| part_of(&s.param, s)).collect::<Result<_>>()?;
-        for (s, part) in self.split.iter().zip(&parts) {
-            point(&s.param, part)?;
-            crate::tensor::grad::set_grad(&s.param, None)?;
-        }
-        self.phase.store(SHARDED, Ordering::Release);
+        self.cut_params(true).map_err(|e| e.context("fulmen_tensor_parallel_reshard"))?;
         self.unsharded_optimizers.clear();
-        for (o, state) in optimizers.iter_mut().zip(states) {
-            o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state cut to this rank's part"))?;
+        for o in optimizers.iter_mut() {
+            self.cut_optimizer_state(&mut **o)?;
         }
         Ok(())
     }
