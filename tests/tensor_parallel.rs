@@ -198,6 +198,16 @@ fn refusals_run() -> Result<()> {
     assert!(e.message.contains("split already"), "{e}");
     let split = model.lock().unwrap().forward(&x)?;
     assert!(split.allclose(&before, 1e-5, 1e-6, false), "the split model computes what the plain one does");
+    {
+        // Under bf16 autocast a row-split Linear sums (and returns) bf16,
+        // as the plain layer computes in it.
+        let _autocast =
+            fulmen::precision::autocast::AutocastGuard::enter(fulmen::tensor::device::DeviceType::Cpu, Kind::BFloat16)?;
+        let m = model.lock().unwrap();
+        let hidden = m.forward_child("1", &m.forward_child("0", &x)?)?;
+        let out = m.forward_child("3", &hidden.tanh())?;
+        assert_eq!(out.kind(), Kind::BFloat16, "the row-split Linear's result under autocast");
+    }
     drop(tp);
     let e = model.lock().unwrap().forward(&x).expect_err("a layer left split ran");
     assert_eq!(e.code, ErrorCode::InvalidState, "{e}");

@@ -9,6 +9,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -18,6 +19,10 @@ import (
 // closed independently.
 type Model struct {
 	h handle[*C.fulmen_model]
+	// parallel keeps the model's TensorParallel wrapper reachable while
+	// the model is: a wrapper collected early would leave this rank's
+	// split layers refusing to run while the other ranks wait for it.
+	parallel atomic.Pointer[TensorParallel]
 }
 
 func newModel(h *C.fulmen_model) *Model {

@@ -47,7 +47,8 @@ type ParallelRule struct {
 // loss.Backward, optionally ClipGradNorm, the optimizers' Step. Unshard
 // gathers the full parameters and optimizer states to save or read,
 // Reshard goes back to training. Closed without Unshard, the split layers
-// refuse to run.
+// refuse to run. The model keeps the wrapper reachable: it is not
+// finalized while the model is in use.
 type TensorParallel struct {
 	h handle[*C.fulmen_tensor_parallel]
 }
@@ -82,6 +83,7 @@ func NewTensorParallel(model *Model, plan []ParallelRule) (*TensorParallel, erro
 	tp := &TensorParallel{}
 	tp.h.store(out)
 	runtime.SetFinalizer(tp, (*TensorParallel).Close)
+	model.parallel.Store(tp)
 	return tp, nil
 }
 

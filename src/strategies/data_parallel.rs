@@ -33,6 +33,13 @@ impl DpRun {
                 "dp needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
             ));
         };
+        if model.lock().unwrap_or_else(|p| p.into_inner()).is_tensor_parallel() {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                "dp of a tensor-parallel model: its replicas would compute with one rank's parts as whole layers; \
+                 unshard and free its fulmen_tensor_parallel wrapper first",
+            ));
+        }
         if let Some(device) = self.devices.get(1) {
             let m = model.lock().unwrap_or_else(|p| p.into_inner());
             tch::no_grad(|| m.replicate(*device))?;

@@ -17,7 +17,8 @@ same batches of token ids (the next ids as targets).
   splits (two all-gathers of each rank's error text, empty on success; two
   of the plan's text; c10d's verify_params_across_processes; the
   broadcast_coalesced of rank 0's parameters and buffers, 250 MiB
-  buckets), then parallelize_module on init_device_mesh("cpu", (2,)) with
+  buckets; two all-gathers of the error text of cutting each rank's
+  parts), then parallelize_module on init_device_mesh("cpu", (2,)) with
   src_data_rank=None (each rank cuts its part of the values it holds, now
   rank 0's), and a plain loop.
 - The fulmen rank: tp_rank, a host loop on fulmen_tensor_parallel.
@@ -109,6 +110,9 @@ def python_rank(argv):
     dist._verify_params_across_processes(pg, params, None)
     with torch.no_grad():
         dist._broadcast_coalesced(pg, params + list(model.buffers()), 250 * 1024 * 1024, 0)
+    # Every rank cut its parts (fulmen agrees on that before it splits).
+    if any(all_gather_bytes(b"")):
+        raise SystemExit("a rank could not cut its parts")
     mesh = init_device_mesh("cpu", (WORLD,))
     plan = {"0": RowwiseParallel(input_layouts=Replicate()), "1": ColwiseParallel(), "3": RowwiseParallel(),
             "4": ColwiseParallel(output_layouts=Replicate())}

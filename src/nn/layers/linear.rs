@@ -97,7 +97,10 @@ impl Layer for Linear {
                 // on the wire as torch's RowwiseParallel.
                 let mut partial = part.f_linear::<Tensor>(&self.weight, None)?;
                 if let Some(b) = &self.bias {
-                    partial = partial.f_add(&tp.partition(b)?)?;
+                    // In the matmul's dtype (autocast's, as its addmm casts
+                    // the bias), so the sum goes over the wire in it.
+                    let b = if b.kind() == partial.kind() { b.shallow_clone() } else { b.f_to_kind(partial.kind())? };
+                    partial = partial.f_add(&tp.partition(&b)?)?;
                 }
                 tp.reduce_out(&partial)
             }

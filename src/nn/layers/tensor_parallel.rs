@@ -3,7 +3,7 @@
 //! column- and row-parallel layers): a `Linear` or `Embedding` keeps this
 //! rank's part of its weight and computes its part of the result, with the
 //! collectives of `rank_ops.rs` where the layouts meet. The strategy side
-//! (which layers, the parameters' values) is `src/strategies/tensor_parallel.rs`.
+//! (which layers, the parameters' values) is `src/strategies/model_parallel/`.
 use super::rank_ops::{across, RankComm, Step};
 use crate::error::{Error, ErrorCode, Result};
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -162,14 +162,26 @@ impl TensorParallel {
         if let Err(e) = synced {
             return undo(&mut m, e.context("tensor parallel: copying rank 0's model"));
         }
+        // Every part made first (out of memory on one rank fails every
+        // rank, with nothing split), then the parameters pointed at them.
         let (rank, world) = (group.rank() as i64, group.world_size() as i64);
+        let cut = |param: &Tensor, dim: i64| -> Result<Tensor> {
+            let part = param.size()[dim as usize] / world;
+            Ok(param.f_detach()?.f_narrow(dim, rank * part, part)?.f_contiguous()?.f_detach_copy()?)
+        };
+        let parts: Result<Vec<(Tensor, i64, Tensor)>> = linked
+            .into_iter()
+            .filter_map(|(_, param, dim)| dim.map(|d| (param, d)))
+            .map(|(param, dim)| Ok((cut(&param, dim)?, dim, param)))
+            .collect();
+        let parts = match group.agree(parts, "tensor parallel: cutting this rank's parts") {
+            Ok(p) => p,
+            Err(e) => return undo(&mut m, e),
+        };
         let mut split = Vec::new();
-        for (name, param, dim) in linked {
-            let Some(dim) = dim else { continue };
+        for (mine, dim, param) in parts {
             let full = param.size();
-            let part = full[dim as usize] / world;
-            let mine = param.f_detach()?.f_narrow(dim, rank * part, part)?.f_contiguous()?.f_detach_copy()?;
-            point(&param, &mine).map_err(|e| e.context(format!("splitting {name}")))?;
+            point(&param, &mine)?;
             crate::tensor::grad::set_grad(&param, None)?;
             split.push(SplitTensor { param, dim, part: mine.size(), full, parked: None });
         }
@@ -251,17 +263,24 @@ impl TensorParallel {
         Ok(t.f_detach()?.f_narrow(s.dim, first, part)?.f_contiguous()?.f_detach_copy()?)
     }
 
-    /// Cuts the entries of `optimizer`'s state that hold a split
-    /// parameter's full shape (a loaded checkpoint's) to this rank's part.
-    pub(crate) fn cut_optimizer_state(&self, optimizer: &mut dyn Optimizer) -> Result<()> {
+    /// `optimizer`'s state with the entries that hold a split parameter's
+    /// full shape (a loaded checkpoint's) cut to this rank's part; `None`
+    /// when it has none.
+    fn optimizer_parts(&self, optimizer: &dyn Optimizer) -> Result<Option<Vec<(String, Tensor)>>> {
         let mut state = optimizer.state_dict()?;
         let mut changed = false;
-        self.for_split_state(&*optimizer, &mut state, &|s| &s.full, &mut |t, s| {
+        self.for_split_state(optimizer, &mut state, &|s| &s.full, &mut |t, s| {
             *t = self.part_of(t, s)?;
             changed = true;
             Ok(())
         })?;
-        if changed {
+        Ok(changed.then_some(state))
+    }
+
+    /// Cuts the entries of `optimizer`'s state that hold a split
+    /// parameter's full shape (a loaded checkpoint's) to this rank's part.
+    pub(crate) fn cut_optimizer_state(&self, optimizer: &mut dyn Optimizer) -> Result<()> {
+        if let Some(state) = self.optimizer_parts(&*optimizer)? {
             optimizer
                 .load_state_dict(&state)
                 .map_err(|e| e.context("the optimizer's state cut to this rank's part"))?;
@@ -365,10 +384,16 @@ impl TensorParallel {
                 gathered.len()
             )));
         }
+        // The optimizers' parts first: a failure leaves everything whole,
+        // and reshard can be called again.
+        let states: Vec<Option<Vec<(String, Tensor)>>> =
+            optimizers.iter().map(|o| self.optimizer_parts(&**o)).collect::<Result<_>>()?;
         self.cut_params(true).map_err(|e| e.context("fulmen_tensor_parallel_reshard"))?;
         self.unsharded_optimizers.clear();
-        for o in optimizers.iter_mut() {
-            self.cut_optimizer_state(&mut **o)?;
+        for (o, state) in optimizers.iter_mut().zip(states) {
+            if let Some(state) = state {
+                o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state cut to this rank's part"))?;
+            }
         }
         Ok(())
     }
