@@ -362,20 +362,36 @@ func maxParamDiff(a, b *fulmen.Model) (float64, error) {
 	return worst, nil
 }
 
-// fsdpWorldOfOne trains the same steps with and without FSDP in a world of
-// one and compares the clip norms and the weights.
-func fsdpWorldOfOne(t *testing.T) {
-	s := must(fulmen.NewStrategy("fsdp"))
-	defer s.Close()
-	ok(t, s.Set("auto_wrap_policy", "Linear"))
-	ok(t, fulmen.DistributedJoin(s, 1, false))
-	ok(t, fulmen.ManualSeed(3))
-	model := mlp(t)
-	defer model.Close()
-	ok(t, fulmen.ManualSeed(3))
-	plain := mlp(t)
-	defer plain.Close()
-	f := must(fulmen.NewFSDP(model, s))
+// unshardable is what both wrappers of a world-of-one test offer.
+type unshardable interface {
+	Unshard(...*fulmen.Optimizer) error
+	Reshard(...*fulmen.Optimizer) error
+	Close() error
+}
+
+// inWorldOfOne runs body in a run of this test binary of its own (the
+// test named `test`, marked by fsdpChildVariable), which may join a world
+// of one, and fails t when that run fails.
+func inWorldOfOne(t *testing.T, test string, body func(*testing.T)) {
+	if os.Getenv(fsdpChildVariable) == "1" {
+		body(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fsdpChildVariable+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("the world-of-one run failed: %v\n%s", err, out)
+	}
+}
+
+// trainBesidePlain trains model, wrapped by w, and plain (the same seeded
+// mlp) on the same batches with SGD, and fails when the clip norms or,
+// after w's Unshard, Reshard, Unshard and Close, the weights differ. Each
+// step calls before(opt) ahead of the forward and clip() after the
+// backward (the wrapper's calls, the clip returning the norm).
+func trainBesidePlain(t *testing.T, model, plain *fulmen.Model, w unshardable, before func(*fulmen.Optimizer),
+	clip func() float64) {
 	so := fulmen.DefaultSGDOptions()
 	so.LR = 0.1
 	so.Momentum = 0.9
@@ -396,11 +412,9 @@ func fsdpWorldOfOne(t *testing.T) {
 	}
 	for i := 0; i < must(loader.Len()); i++ {
 		b := must(loader.Batch(0, i))
-		ok(t, f.ZeroGrad(true))
-		ok(t, f.PrepareForward())
+		before(opt)
 		step(model, b)
-		ok(t, f.FinishBackward())
-		norm := must(f.ClipGradNorm(0.5))
+		norm := clip()
 		ok(t, opt.Step())
 		ok(t, plainOpt.ZeroGrad())
 		step(plain, b)
@@ -410,33 +424,48 @@ func fsdpWorldOfOne(t *testing.T) {
 			x.Close()
 		}
 		if math.Abs(norm-plainNorm) > 1e-5*plainNorm {
-			t.Fatalf("step %d: clip norm %v, without FSDP %v", i, norm, plainNorm)
+			t.Fatalf("step %d: clip norm %v, without the wrapper %v", i, norm, plainNorm)
 		}
 	}
-	ok(t, f.Unshard(opt))
+	ok(t, w.Unshard(opt))
 	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
 		t.Fatalf("unsharded weights differ by %v", d)
 	}
-	ok(t, f.Reshard(opt))
-	ok(t, f.Unshard(opt))
-	ok(t, f.Close()) // after Unshard: the model stays whole
+	ok(t, w.Reshard(opt))
+	ok(t, w.Unshard(opt))
+	ok(t, w.Close()) // after Unshard: the model stays whole
 	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
 		t.Fatalf("weights after Close differ by %v", d)
 	}
+}
+
+// fsdpWorldOfOne trains the same steps with and without FSDP in a world of
+// one and compares the clip norms and the weights.
+func fsdpWorldOfOne(t *testing.T) {
+	s := must(fulmen.NewStrategy("fsdp"))
+	defer s.Close()
+	ok(t, s.Set("auto_wrap_policy", "Linear"))
+	ok(t, fulmen.DistributedJoin(s, 1, false))
+	ok(t, fulmen.ManualSeed(3))
+	model := mlp(t)
+	defer model.Close()
+	ok(t, fulmen.ManualSeed(3))
+	plain := mlp(t)
+	defer plain.Close()
+	f := must(fulmen.NewFSDP(model, s))
+	before := func(*fulmen.Optimizer) {
+		ok(t, f.ZeroGrad(true))
+		ok(t, f.PrepareForward())
+	}
+	trainBesidePlain(t, model, plain, f, before, func() float64 {
+		ok(t, f.FinishBackward())
+		return must(f.ClipGradNorm(0.5))
+	})
 	ok(t, fulmen.DistributedShutdown(10*time.Second))
 }
 
 func TestFSDPTrainsAsTheSameLoopWithoutIt(t *testing.T) {
-	if os.Getenv(fsdpChildVariable) == "1" {
-		fsdpWorldOfOne(t)
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFSDPTrainsAsTheSameLoopWithoutIt$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fsdpChildVariable+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "PASS") {
-		t.Fatalf("the world-of-one run failed: %v\n%s", err, out)
-	}
+	inWorldOfOne(t, "TestFSDPTrainsAsTheSameLoopWithoutIt", fsdpWorldOfOne)
 }
 
 func TestTensorParallelNeedsAJoinedJob(t *testing.T) {
@@ -474,65 +503,13 @@ func tensorParallelWorldOfOne(t *testing.T) {
 		t.Fatalf("a Tanh split: %v", err)
 	}
 	tp := must(fulmen.NewTensorParallel(model, []fulmen.ParallelRule{{Module: "0", Style: fulmen.Colwise}, {Module: "2", Style: fulmen.Rowwise}}))
-	so := fulmen.DefaultSGDOptions()
-	so.LR = 0.1
-	so.Momentum = 0.9
-	opt := must(fulmen.NewSGD(model, nil, so))
-	defer opt.Close()
-	plainOpt := must(fulmen.NewSGD(plain, nil, so))
-	defer plainOpt.Close()
-	ds := blobDataset(t, 32, 1)
-	defer ds.Close()
-	loader := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 8}))
-	defer loader.Close()
-	step := func(m *fulmen.Model, b []*fulmen.Tensor) {
-		logits := must(m.Forward(b[0]))
-		loss := must(fulmen.CrossEntropy(logits, b[1], fulmen.ReductionMean))
-		ok(t, loss.Backward())
-		logits.Close()
-		loss.Close()
-	}
-	for i := 0; i < must(loader.Len()); i++ {
-		b := must(loader.Batch(0, i))
-		ok(t, opt.ZeroGrad())
-		step(model, b)
-		norm := must(tp.ClipGradNorm(0.5))
-		ok(t, opt.Step())
-		ok(t, plainOpt.ZeroGrad())
-		step(plain, b)
-		plainNorm := must(fulmen.ClipGradNorm(plain, 0.5, 2))
-		ok(t, plainOpt.Step())
-		for _, x := range b {
-			x.Close()
-		}
-		if math.Abs(norm-plainNorm) > 1e-5*plainNorm {
-			t.Fatalf("step %d: clip norm %v, without tensor parallelism %v", i, norm, plainNorm)
-		}
-	}
-	ok(t, tp.Unshard(opt))
-	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
-		t.Fatalf("unsharded weights differ by %v", d)
-	}
-	ok(t, tp.Reshard(opt))
-	ok(t, tp.Unshard(opt))
-	ok(t, tp.Close()) // after Unshard: the model is plain again
-	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
-		t.Fatalf("weights after Close differ by %v", d)
-	}
+	before := func(opt *fulmen.Optimizer) { ok(t, opt.ZeroGrad()) }
+	trainBesidePlain(t, model, plain, tp, before, func() float64 { return must(tp.ClipGradNorm(0.5)) })
 	ok(t, fulmen.DistributedShutdown(10*time.Second))
 }
 
 func TestTensorParallelTrainsAsTheSameLoopWithoutIt(t *testing.T) {
-	if os.Getenv(fsdpChildVariable) == "1" {
-		tensorParallelWorldOfOne(t)
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTensorParallelTrainsAsTheSameLoopWithoutIt$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fsdpChildVariable+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "PASS") {
-		t.Fatalf("the world-of-one run failed: %v\n%s", err, out)
-	}
+	inWorldOfOne(t, "TestTensorParallelTrainsAsTheSameLoopWithoutIt", tensorParallelWorldOfOne)
 }
 
 // idsOf is the sample indices in a batch of a dataset whose only tensor

@@ -238,6 +238,25 @@ macro_rules! job_methods {
 }
 pub(crate) use job_methods;
 
+/// The `Strategy` methods of a strategy whose checkpoints every rank
+/// gathers and rank 0 writes (FSDP, model_parallel).
+macro_rules! gathered_checkpoint_methods {
+    () => {
+        fn saves_checkpoints(&self) -> bool {
+            true
+        }
+
+        fn gathers_checkpoints(&self) -> bool {
+            true
+        }
+
+        fn writes_checkpoints(&self) -> bool {
+            self.ctx.is_global_zero()
+        }
+    };
+}
+pub(crate) use gathered_checkpoint_methods;
+
 impl DdpStrategy {
     /// Gives the model's BatchNorms back their plain forward.
     fn unsync_batch_norms(&self, module: &dyn LightningModule) {

@@ -6,6 +6,7 @@ mod data_parallel;
 mod ddp;
 mod dp;
 pub mod fsdp;
+mod gathered_optimizers;
 pub mod model_parallel;
 mod registry;
 mod single_device;

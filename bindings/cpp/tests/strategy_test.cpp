@@ -256,6 +256,39 @@ static double max_param_diff(const Model& a, const Model& b) {
     return worst;
 }
 
+// Trains `model`, wrapped by `w` (Fsdp or TensorParallel), and `plain`
+// (the same seeded mlp) on the same batches with SGD; each step calls
+// before(opt) ahead of the forward and clip() after the backward (the
+// wrapper's calls, the clip returning the norm). 0 when the clip norms
+// and, after w's unshard, reshard, unshard and release, the weights match.
+template <typename Wrapper, typename Before, typename Clip>
+static int train_beside_plain(Model& model, Model& plain, Wrapper& w, Before before, Clip clip) {
+    fulmen::SgdOptions so;
+    so.lr = 0.1;
+    so.momentum = 0.9;
+    Optimizer opt = Optimizer::sgd(model, so), plain_opt = Optimizer::sgd(plain, so);
+    Loader loader(fulmen_test::blobs(32, 1), 8);
+    for (size_t i = 0; i < loader.len(); i++) {
+        std::vector<Tensor> b = loader.batch(0, i);
+        before(opt);
+        fulmen::loss::cross_entropy(model(b[0]), b[1]).backward();
+        double norm = clip();
+        plain_opt.zero_grad();
+        fulmen::loss::cross_entropy(plain(b[0]), b[1]).backward();
+        double plain_norm = fulmen::clip_grad_norm(plain, 0.5);
+        opt.step();
+        plain_opt.step();
+        if (std::abs(norm - plain_norm) > 1e-5 * plain_norm) return 10;
+    }
+    w.unshard({opt});
+    if (max_param_diff(model, plain) > 1e-6) return 11;
+    w.reshard({opt});
+    w.unshard({opt});
+    w = Wrapper();  // freed after unshard: the model stays whole
+    if (max_param_diff(model, plain) > 1e-6) return 12;
+    return 0;
+}
+
 // In a world of one (joined in a process of its own: gtest's threadsafe
 // death-test style runs the body in a fresh run of this binary), a loop on
 // Fsdp makes the updates of the same loop without it.
@@ -268,31 +301,16 @@ static int fsdp_world_of_one() {
     fulmen::manual_seed(3);
     Model plain = fulmen_test::mlp();
     Fsdp fsdp(model, s);
-    fulmen::SgdOptions so;
-    so.lr = 0.1;
-    so.momentum = 0.9;
-    Optimizer opt = Optimizer::sgd(model, so), plain_opt = Optimizer::sgd(plain, so);
-    Loader loader(fulmen_test::blobs(32, 1), 8);
-    for (size_t i = 0; i < loader.len(); i++) {
-        std::vector<Tensor> b = loader.batch(0, i);
+    auto before = [&](Optimizer&) {
         fsdp.zero_grad();
         fsdp.prepare_forward();
-        fulmen::loss::cross_entropy(model(b[0]), b[1]).backward();
+    };
+    auto clip = [&] {
         fsdp.finish_backward();
-        double norm = fsdp.clip_grad_norm(0.5);
-        plain_opt.zero_grad();
-        fulmen::loss::cross_entropy(plain(b[0]), b[1]).backward();
-        double plain_norm = fulmen::clip_grad_norm(plain, 0.5);
-        opt.step();
-        plain_opt.step();
-        if (std::abs(norm - plain_norm) > 1e-5 * plain_norm) return 10;
-    }
-    fsdp.unshard({opt});
-    if (max_param_diff(model, plain) > 1e-6) return 11;
-    fsdp.reshard({opt});
-    fsdp.unshard({opt});
-    fsdp = Fsdp();  // freed after unshard: the model stays whole
-    if (max_param_diff(model, plain) > 1e-6) return 12;
+        return fsdp.clip_grad_norm(0.5);
+    };
+    int failed = train_beside_plain(model, plain, fsdp, before, clip);
+    if (failed != 0) return failed;
     fulmen::distributed::shutdown(10);
     return 0;
 }
@@ -340,29 +358,9 @@ static int tensor_parallel_world_of_one() {
     if (error_code([&] { TensorParallel t(model, {{"1", ParallelStyle::Colwise}}); }) != FULMEN_CODE_UNSUPPORTED)
         return 9;
     TensorParallel tp(model, {{"0", ParallelStyle::Colwise}, {"2", ParallelStyle::Rowwise}});
-    fulmen::SgdOptions so;
-    so.lr = 0.1;
-    so.momentum = 0.9;
-    Optimizer opt = Optimizer::sgd(model, so), plain_opt = Optimizer::sgd(plain, so);
-    Loader loader(fulmen_test::blobs(32, 1), 8);
-    for (size_t i = 0; i < loader.len(); i++) {
-        std::vector<Tensor> b = loader.batch(0, i);
-        opt.zero_grad();
-        fulmen::loss::cross_entropy(model(b[0]), b[1]).backward();
-        double norm = tp.clip_grad_norm(0.5);
-        plain_opt.zero_grad();
-        fulmen::loss::cross_entropy(plain(b[0]), b[1]).backward();
-        double plain_norm = fulmen::clip_grad_norm(plain, 0.5);
-        opt.step();
-        plain_opt.step();
-        if (std::abs(norm - plain_norm) > 1e-5 * plain_norm) return 10;
-    }
-    tp.unshard({opt});
-    if (max_param_diff(model, plain) > 1e-6) return 11;
-    tp.reshard({opt});
-    tp.unshard({opt});
-    tp = TensorParallel();  // freed after unshard: the model is plain again
-    if (max_param_diff(model, plain) > 1e-6) return 12;
+    auto before = [](Optimizer& opt) { opt.zero_grad(); };
+    int failed = train_beside_plain(model, plain, tp, before, [&] { return tp.clip_grad_norm(0.5); });
+    if (failed != 0) return failed;
     fulmen::distributed::shutdown(10);
     return 0;
 }

@@ -99,8 +99,7 @@ impl Layer for Linear {
                 if let Some(b) = &self.bias {
                     // In the matmul's dtype (autocast's, as its addmm casts
                     // the bias), so the sum goes over the wire in it.
-                    let b = if b.kind() == partial.kind() { b.shallow_clone() } else { b.f_to_kind(partial.kind())? };
-                    partial = partial.f_add(&tp.partition(&b)?)?;
+                    partial = partial.f_add(&tp.partition(&b.f_to_kind(partial.kind())?)?)?;
                 }
                 tp.reduce_out(&partial)
             }

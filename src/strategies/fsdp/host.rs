@@ -6,6 +6,7 @@ use super::{FsdpGroups, ShardedModel};
 use crate::distributed::DistContext;
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
+use crate::strategies::gathered_optimizers::GatheredOptimizers;
 use crate::strategies::StrategySpec;
 use crate::tensor::device::Device;
 use crate::trainer::SharedModel;
@@ -26,12 +27,7 @@ pub struct FsdpHostLoop {
     replicated_marks: Vec<(bool, usize)>,
     /// The optimizers whose states [`FsdpHostLoop::unshard`] gathered
     /// (their addresses), which [`FsdpHostLoop::reshard`] must cut again.
-    unsharded_optimizers: Vec<usize>,
-}
-
-/// An optimizer's address, naming it while it lives.
-fn address_of(o: &dyn Optimizer) -> usize {
-    o as *const dyn Optimizer as *const () as usize
+    unsharded_optimizers: GatheredOptimizers,
 }
 
 impl FsdpHostLoop {
@@ -54,7 +50,7 @@ impl FsdpHostLoop {
             step_open: false,
             unsharded: false,
             replicated_marks: Vec::new(),
-            unsharded_optimizers: Vec::new(),
+            unsharded_optimizers: GatheredOptimizers::default(),
         })
     }
 
@@ -155,7 +151,7 @@ impl FsdpHostLoop {
         // which cuts every optimizer given here.
         s.set_pinned(true);
         self.unsharded = true;
-        self.unsharded_optimizers = optimizers.iter().map(|o| address_of(&**o)).collect();
+        self.unsharded_optimizers.record(optimizers);
         for (o, state) in optimizers.iter_mut().zip(full) {
             o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state in full shapes"))?;
         }
@@ -171,17 +167,7 @@ impl FsdpHostLoop {
                 "fulmen_fsdp_reshard: the model is sharded already (it follows fulmen_fsdp_unshard)",
             ));
         }
-        let mut given: Vec<usize> = optimizers.iter().map(|o| address_of(&**o)).collect();
-        let mut gathered = self.unsharded_optimizers.clone();
-        given.sort_unstable();
-        gathered.sort_unstable();
-        if given != gathered {
-            return Err(Error::invalid(format!(
-                "fulmen_fsdp_reshard: pass the optimizers given to fulmen_fsdp_unshard ({} of them), whose states \
-                 are whole now",
-                gathered.len()
-            )));
-        }
+        self.unsharded_optimizers.check(optimizers, "fulmen_fsdp_reshard", "fulmen_fsdp_unshard")?;
         let s = &self.sharded;
         s.set_pinned(false);
         let cut = s.reshard_from_params(optimizers);

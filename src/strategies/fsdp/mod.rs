@@ -18,8 +18,9 @@ pub use host::FsdpHostLoop;
 pub(crate) use settings::KEYS;
 pub use settings::{FsdpOptions, ShardingStrategy};
 pub(crate) use sharded::{FsdpGroups, ShardedModel};
+pub(crate) use unit::point;
 
-use super::ddp::{job_methods, join_job};
+use super::ddp::{gathered_checkpoint_methods, job_methods, join_job};
 use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
 use crate::distributed::{self, DistContext};
@@ -286,18 +287,7 @@ impl Strategy for FsdpStrategy {
         self.placement.precision.optimizer_step(&mut opts)
     }
 
-    /// Every rank takes part in gathering a checkpoint; rank 0 writes it.
-    fn saves_checkpoints(&self) -> bool {
-        true
-    }
-
-    fn gathers_checkpoints(&self) -> bool {
-        true
-    }
-
-    fn writes_checkpoints(&self) -> bool {
-        self.ctx.is_global_zero()
-    }
+    gathered_checkpoint_methods!();
 
     fn unshard_params(&mut self) -> Result<()> {
         self.check_alive()?;

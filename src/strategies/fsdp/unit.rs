@@ -313,7 +313,7 @@ fn offloaded(t: &Tensor) -> Result<Tensor> {
 
 /// Makes `param` (the same leaf, whoever holds it) hold `data`: torch's
 /// `param.data = data`.
-fn point(param: &Tensor, data: &Tensor) -> Result<()> {
+pub(crate) fn point(param: &Tensor, data: &Tensor) -> Result<()> {
     Ok(param.shallow_clone().f_set_data(data)?)
 }
 

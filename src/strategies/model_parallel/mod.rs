@@ -12,7 +12,7 @@ pub use settings::ModelParallelOptions;
 pub(crate) use settings::KEYS;
 pub use tensor_parallel::TensorParallel;
 
-use super::ddp::{job_methods_common, join_job};
+use super::ddp::{gathered_checkpoint_methods, job_methods_common, join_job};
 use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
 use crate::distributed::{self, DistContext};
@@ -140,18 +140,7 @@ impl Strategy for ModelParallelStrategy {
         )
     }
 
-    /// Every rank takes part in gathering a checkpoint; rank 0 writes it.
-    fn saves_checkpoints(&self) -> bool {
-        true
-    }
-
-    fn gathers_checkpoints(&self) -> bool {
-        true
-    }
-
-    fn writes_checkpoints(&self) -> bool {
-        self.ctx.is_global_zero()
-    }
+    gathered_checkpoint_methods!();
 
     fn unshard_params(&mut self) -> Result<()> {
         self.check_alive()?;

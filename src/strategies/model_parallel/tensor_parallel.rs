@@ -6,6 +6,7 @@
 //! forward and backward. The optimizers step on the parts; gradient
 //! clipping takes the norm over the whole model; `unshard` gathers the
 //! full parameters and optimizer states to save or read them.
+use super::lock;
 use crate::distributed::DistContext;
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::layers::rank_ops::RankComm;
@@ -13,10 +14,12 @@ use crate::nn::layers::tensor_parallel::{ParallelStyle, TpSlot, RELEASED, SHARDE
 use crate::nn::Module;
 use crate::optim::Optimizer;
 use crate::strategies::ddp::GroupSum;
+use crate::strategies::fsdp::point;
 use crate::strategies::fsdp::state::{clip_norm_over_ranks, index_of};
+use crate::strategies::gathered_optimizers::GatheredOptimizers;
 use crate::trainer::SharedModel;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use tch::Tensor;
 
 /// A parameter split across the ranks.
@@ -44,22 +47,7 @@ pub struct TensorParallel {
     paths: Vec<String>,
     split: Vec<SplitTensor>,
     /// The optimizers whose states `unshard` gathered (their addresses).
-    unsharded_optimizers: Vec<usize>,
-}
-
-/// Locks `m`, taking the value of a poisoned lock.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// An optimizer's address, naming it while it lives.
-fn address_of(o: &dyn Optimizer) -> usize {
-    o as *const dyn Optimizer as *const () as usize
-}
-
-/// Points `param` at `data` (`param.data = data`): optimizers keep it.
-fn point(param: &Tensor, data: &Tensor) -> Result<()> {
-    Ok(param.shallow_clone().f_set_data(data)?)
+    unsharded_optimizers: GatheredOptimizers,
 }
 
 /// The plan as every rank must have it, for the comparison across ranks.
@@ -186,7 +174,15 @@ impl TensorParallel {
             split.push(SplitTensor { param, dim, part: mine.size(), full, parked: None });
         }
         drop(m);
-        Ok(TensorParallel { model, ctx, comm, phase, paths, split, unsharded_optimizers: Vec::new() })
+        Ok(TensorParallel {
+            model,
+            ctx,
+            comm,
+            phase,
+            paths,
+            split,
+            unsharded_optimizers: GatheredOptimizers::default(),
+        })
     }
 
     /// Whether the parameters hold their full values.
@@ -356,7 +352,7 @@ impl TensorParallel {
         let states: Vec<Vec<(String, Tensor)>> =
             optimizers.iter().map(|o| self.full_optimizer_state(&**o)).collect::<Result<_>>()?;
         self.gather_params(false)?;
-        self.unsharded_optimizers = optimizers.iter().map(|o| address_of(&**o)).collect();
+        self.unsharded_optimizers.record(optimizers);
         for (o, state) in optimizers.iter_mut().zip(states) {
             o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state in full shapes"))?;
         }
@@ -373,17 +369,11 @@ impl TensorParallel {
                 "fulmen_tensor_parallel_reshard: the model is split already (it follows fulmen_tensor_parallel_unshard)",
             ));
         }
-        let mut given: Vec<usize> = optimizers.iter().map(|o| address_of(&**o)).collect();
-        let mut gathered = self.unsharded_optimizers.clone();
-        given.sort_unstable();
-        gathered.sort_unstable();
-        if given != gathered {
-            return Err(Error::invalid(format!(
-                "fulmen_tensor_parallel_reshard: pass the optimizers given to fulmen_tensor_parallel_unshard ({} of \
-                 them), whose states are whole now",
-                gathered.len()
-            )));
-        }
+        self.unsharded_optimizers.check(
+            optimizers,
+            "fulmen_tensor_parallel_reshard",
+            "fulmen_tensor_parallel_unshard",
+        )?;
         // The optimizers' parts first: a failure leaves everything whole,
         // and reshard can be called again.
         let states: Vec<Option<Vec<(String, Tensor)>>> =
