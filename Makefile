@@ -167,7 +167,7 @@ INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamo
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
   fsdp2-parity fsdp2-mixed fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
   datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads flops-parity wandb-logger \
-  comet-logger attention-parity trace-parity tensor-parallel-mixed
+  comet-logger attention-parity trace-parity tensor-parallel-mixed tp-distributed-checkpoint
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
 test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
@@ -232,6 +232,9 @@ interop-trace-parity:
 interop-tensor-parallel-mixed:
 	@rm -rf $(W)/tensor-parallel-mixed
 	$(PY) tests/interop/tensor_parallel_mixed.py --binary $(W)/tp_rank --work $(W)/tensor-parallel-mixed
+interop-tp-distributed-checkpoint:
+	@rm -rf $(W)/tp-distributed-checkpoint
+	$(PY) tests/interop/tp_distributed_checkpoint.py --binary $(W)/fsdp_rank --work $(W)/tp-distributed-checkpoint
 interop-swa-parity:
 	@rm -rf $(W)/swa-parity
 	$(PY) tests/interop/swa_parity.py --binary $(W)/swa_parity --work $(W)/swa-parity

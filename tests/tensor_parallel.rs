@@ -260,9 +260,10 @@ fn token_loader() -> DataLoader {
 type Fitted = (Vec<f64>, Vec<(String, Tensor)>);
 
 /// Fits the mlp for `epochs` epochs with `strategy` (checkpoints under
-/// `root`, clipping by norm), from `resume` when given; the losses and
-/// the weights after the fit.
-fn fit(strategy: &str, epochs: i64, root: &Path, resume: Option<&str>) -> Result<Fitted> {
+/// `root`, clipping by norm; model_parallel's checkpoints sharded
+/// directories unless `whole_checkpoints`), from `resume` when given; the
+/// losses and the weights after the fit.
+fn fit(strategy: &str, epochs: i64, root: &Path, resume: Option<&str>, whole_checkpoints: bool) -> Result<Fitted> {
     let mut o = TrainerOptions::default();
     let (epochs, root) = (epochs.to_string(), root.to_string_lossy().to_string());
     for (k, v) in [
@@ -280,6 +281,7 @@ fn fit(strategy: &str, epochs: i64, root: &Path, resume: Option<&str>) -> Result
     }
     if strategy == "model_parallel" {
         o.set("tensor_parallel_plan", "0=rowwise_replicated_input, 1=colwise, 3=rowwise, 5=colwise_replicated_output")?;
+        o.set("save_distributed_checkpoint", if whole_checkpoints { "false" } else { "true" })?;
     }
     let mut t = Trainer::new(o)?;
     let mut m = NextToken { model: Arc::new(Mutex::new(scenario("mlp").0)), losses: Vec::new(), rows: Vec::new() };
@@ -301,14 +303,16 @@ fn last_checkpoint(root: &Path) -> String {
 }
 
 /// One rank of the trainer's model_parallel: two epochs, or one and then a
-/// resume from its checkpoint for the second (`resume`).
-fn trainer_run(work: &Path, resume: bool) -> Result<Fitted> {
+/// resume from its checkpoint for the second (`resume`), the checkpoints
+/// sharded directories unless `whole_checkpoints`.
+fn trainer_run(work: &Path, resume: bool, whole_checkpoints: bool) -> Result<Fitted> {
     let root = work.join("fit");
     if !resume {
-        return fit("model_parallel", 2, &root, None);
+        return fit("model_parallel", 2, &root, None, whole_checkpoints);
     }
-    let (mut first, _) = fit("model_parallel", 1, &root, None)?;
-    let (second, weights) = fit("model_parallel", 2, &work.join("resumed"), Some(&last_checkpoint(&root)))?;
+    let (mut first, _) = fit("model_parallel", 1, &root, None, whole_checkpoints)?;
+    let resumed = work.join("resumed");
+    let (second, weights) = fit("model_parallel", 2, &resumed, Some(&last_checkpoint(&root)), whole_checkpoints)?;
     first.extend(second);
     Ok((first, weights))
 }
@@ -329,7 +333,8 @@ fn tp_rank_main() {
         return;
     }
     if name.starts_with("trainer") {
-        let (losses, weights) = trainer_run(Path::new(&work), name == "trainer_resume").unwrap();
+        let (losses, weights) =
+            trainer_run(Path::new(&work), name != "trainer", name == "trainer_resume_whole").unwrap();
         let text = losses.iter().map(|l| format!("{l:.17e}")).collect::<Vec<_>>().join("\n");
         std::fs::write(dir.join("losses.txt"), text).unwrap();
         Tensor::write_npz(&weights, dir.join("weights.npz")).unwrap();
@@ -449,14 +454,15 @@ fn split_layers_on_four_ranks_equal_one_process() {
 }
 
 /// The trainer's model_parallel on 2 ranks (clipping, a checkpoint each
-/// epoch, the model whole after the fit), and resumed from its checkpoint,
-/// equals one process fitting the plain model.
+/// epoch, the model whole after the fit), and resumed from its checkpoint
+/// (a sharded directory, or one file), equals one process fitting the
+/// plain model; one process resumes the sharded directory too.
 #[test]
 fn the_trainers_model_parallel_equals_one_process() {
     let reference_root = tempdir("tp-trainer-reference");
-    let (want_losses, want_weights) = fit("auto", 2, &reference_root, None).unwrap();
+    let (want_losses, want_weights) = fit("auto", 2, &reference_root, None, false).unwrap();
     assert_eq!(want_losses.len(), 2 * STEPS);
-    for name in ["trainer", "trainer_resume"] {
+    for name in ["trainer", "trainer_resume", "trainer_resume_whole"] {
         let work = tempdir(&format!("tp-{name}"));
         run_ranks(2, name, &work);
         for r in 0..2 {
@@ -469,9 +475,34 @@ fn the_trainers_model_parallel_equals_one_process() {
             let weights = Tensor::read_npz(dir.join("weights.npz")).unwrap();
             assert_same_tensors(&format!("{name} rank {r} weights"), &weights, &want_weights);
         }
+        if name != "trainer" {
+            resumed_elsewhere(name, &work, &want_losses[STEPS..], &want_weights);
+        }
         let _ = std::fs::remove_dir_all(&work);
     }
     let _ = std::fs::remove_dir_all(&reference_root);
+}
+
+/// The first epoch's checkpoint of `name`'s job: a sharded directory
+/// (each rank's parts, `.metadata`, `meta.pt`) or, with whole checkpoints,
+/// one file; one process resumed from it takes the second epoch's steps
+/// of the reference (`want_losses`) to its weights.
+fn resumed_elsewhere(name: &str, work: &Path, want_losses: &[f64], want_weights: &[(String, Tensor)]) {
+    let ck = last_checkpoint(&work.join("fit"));
+    let sharded = Path::new(&ck).is_dir();
+    assert_eq!(sharded, name == "trainer_resume", "{name}: {ck} a directory: {sharded}");
+    if sharded {
+        let mut files: Vec<String> =
+            std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        files.sort();
+        assert_eq!(files, [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"], "{name}: {ck}");
+    }
+    let (losses, weights) = fit("auto", 2, &work.join("one-process"), Some(&ck), false).unwrap();
+    assert_eq!(losses.len(), want_losses.len(), "{name}: steps resumed in one process");
+    for (s, (a, b)) in losses.iter().zip(want_losses).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name} in one process, step {s}: {a} vs {b}");
+    }
+    assert_same_tensors(&format!("{name} resumed in one process"), &weights, want_weights);
 }
 
 #[test]

@@ -621,6 +621,19 @@ func (o *TrainerOptions) SetTensorParallelSize(v string) error {
 	return o.Set("tensor_parallel_size", v)
 }
 
+// SetSaveDistributedCheckpoint sets `save_distributed_checkpoint` (bool;
+// default true): strategy "model_parallel": Lightning's
+// save_distributed_checkpoint; true = each checkpoint is a
+// torch.distributed.checkpoint directory (every rank writes its parts of the
+// split parameters and their optimizer states, rank 0 .metadata and meta.pt;
+// the model's states under "state_dict"), as Lightning's
+// ModelParallelStrategy writes; it resumes on any number of ranks, each
+// reading only its parts; false = one file, gathered whole and written by
+// rank 0.
+func (o *TrainerOptions) SetSaveDistributedCheckpoint(v bool) error {
+	return o.SetBool("save_distributed_checkpoint", v)
+}
+
 // SetDDPTimeout sets `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800):
 // limit on the rendezvous and on every collective of a distributed job.
 func (o *TrainerOptions) SetDDPTimeout(d time.Duration) error {

@@ -101,6 +101,7 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetTensorParallelPlan(\"none\")", o.SetTensorParallelPlan("none")},
 		{"o.SetDataParallelSize(\"auto\")", o.SetDataParallelSize("auto")},
 		{"o.SetTensorParallelSize(\"auto\")", o.SetTensorParallelSize("auto")},
+		{"o.SetSaveDistributedCheckpoint(true)", o.SetSaveDistributedCheckpoint(true)},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}
 	for _, c := range calls {

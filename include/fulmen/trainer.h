@@ -907,6 +907,14 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `tensor_parallel_size` (text; default auto): strategy
  *   "model_parallel": Lightning's tensor_parallel_size, "auto" (the ranks
  *   per data-parallel replica) or a count, which must be the world size.
+ * - `save_distributed_checkpoint` (bool; default true): strategy
+ *   "model_parallel": Lightning's save_distributed_checkpoint; true = each
+ *   checkpoint is a torch.distributed.checkpoint directory (every rank
+ *   writes its parts of the split parameters and their optimizer states,
+ *   rank 0 .metadata and meta.pt; the model's states under "state_dict"),
+ *   as Lightning's ModelParallelStrategy writes; it resumes on any number
+ *   of ranks, each reading only its parts; false = one file, gathered
+ *   whole and written by rank 0.
  * - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
  *   rendezvous and on every collective of a distributed job.
  *
@@ -975,8 +983,9 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
  * fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
  * `checkpoint_format` and `checkpoint_prefix` options), a sharded
  * checkpoint directory (`torch.distributed.checkpoint`'s, holding
- * `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type`, it
- * resumes under any strategy and world size), "last" (the newest
+ * `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type` and
+ * `save_distributed_checkpoint`, it resumes under any strategy and world
+ * size), "last" (the newest
  * last/any checkpoint of this root dir) or "best" (the best checkpoint of
  * this trainer's previous fit). Without `ckpt_path`, another fit on the
  * same trainer goes on from the loop's progress the last fit left (its
@@ -1249,7 +1258,8 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * `tensor_parallel_plan` ("path=style, ...", styles colwise,
  * colwise_replicated_output, rowwise, rowwise_replicated_input),
  * `data_parallel_size` and `tensor_parallel_size` ("auto" or a count;
- * fulmen runs 1 and the world size). A bad key or value is
+ * fulmen runs 1 and the world size), `save_distributed_checkpoint`
+ * (boolean, default true: sharded checkpoint directories). A bad key or value is
  * FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a

@@ -872,6 +872,17 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("tensor_parallel_size"),
     },
     TrainerOption {
+        key: "save_distributed_checkpoint",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "strategy \"model_parallel\": Lightning's save_distributed_checkpoint; true = each checkpoint is a \
+              torch.distributed.checkpoint directory (every rank writes its parts of the split parameters and \
+              their optimizer states, rank 0 .metadata and meta.pt; the model's states under \"state_dict\"), as \
+              Lightning's ModelParallelStrategy writes; it resumes on any number of ranks, each reading only its \
+              parts; false = one file, gathered whole and written by rank 0",
+        apply: strategy_setting!("save_distributed_checkpoint"),
+    },
+    TrainerOption {
         key: "ddp_timeout",
         kind: OptionKind::Duration,
         default: "1800",

@@ -706,8 +706,10 @@ impl Run<'_> {
     ) -> Result<()> {
         if self.checkpoints.has_plugin() {
             return Err(Error::unsupported(
-                "state_dict_type=\"sharded\" writes its directories itself; a checkpoint_io plugin cannot store \
-                 them (Lightning's FSDP strategies refuse storage options likewise)",
+                "sharded checkpoints (fsdp_state_dict_type \"sharded\", model_parallel's \
+                 save_distributed_checkpoint) are directories fulmen writes itself; a checkpoint_io plugin cannot \
+                 store them (Lightning's FSDP and ModelParallel strategies refuse storage options likewise): set \
+                 fsdp_state_dict_type \"full\" or save_distributed_checkpoint false",
             ));
         }
         self.checkpoints.wait()?;

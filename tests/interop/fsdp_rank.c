@@ -24,11 +24,19 @@
  * by norm (0: none). A failed call
  * prints its error code and message and exits 1.
  *
+ * SHARDING MODEL_PARALLEL fits with strategy "model_parallel" instead
+ * (tests/interop/tp_distributed_checkpoint.py): Lightning's
+ * ModelParallelStrategy with the tensor_parallel_plan "2.0=colwise,
+ * 3.0=rowwise" (the inner blocks' Linears split as a Megatron MLP), every
+ * rank on every batch; FSDP_STATE_DICT_TYPE then sets
+ * save_distributed_checkpoint ("sharded": true, "full": false).
+ *
  * Checkpoints (tests/interop/fsdp_sharded_checkpoint.py): with
  * FSDP_CHECKPOINT_DIR set, ModelCheckpoint saves every epoch into
  * $FSDP_CHECKPOINT_DIR/checkpoints with fsdp_state_dict_type
  * $FSDP_STATE_DICT_TYPE ("full" when unset); with FSDP_RESUME set, the fit
- * resumes from that checkpoint (a file or a sharded directory).
+ * resumes from that checkpoint (a file or a sharded directory);
+ * FSDP_CHECKPOINT_PREFIX sets checkpoint_prefix.
  *
  * With FSDP_ACTIVATION_CHECKPOINTING set (class names), the forwards of
  * those modules are checkpointed (fsdp_activation_checkpointing_policy);
@@ -192,14 +200,19 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     fulmen_trainer *trainer;
     TRY(fulmen_lightning_module_new(&vt, model, &module));
     TRY(fulmen_trainer_options_new(&opts));
-    /* The strategy first: the FSDP settings below belong to it. */
-    set(opts, "strategy", "fsdp");
+    /* The strategy first: the settings below belong to it. */
+    bool model_parallel = strcmp(sharding, "MODEL_PARALLEL") == 0;
+    set(opts, "strategy", model_parallel ? "model_parallel" : "fsdp");
     set(opts, "accelerator", "cpu");
     set(opts, "devices", "auto");
     set(opts, "process_group_backend", "gloo");
     set(opts, "ddp_timeout", "120");
-    set(opts, "fsdp_auto_wrap_policy", "Sequential");
-    set(opts, "fsdp_sharding_strategy", sharding);
+    if (model_parallel) {
+        set(opts, "tensor_parallel_plan", "2.0=colwise, 3.0=rowwise");
+    } else {
+        set(opts, "fsdp_auto_wrap_policy", "Sequential");
+        set(opts, "fsdp_sharding_strategy", sharding);
+    }
     set(opts, "precision", precision);
     const char *init_scale = getenv("FSDP_INIT_SCALE"), *growth_interval = getenv("FSDP_GROWTH_INTERVAL");
     if (init_scale && growth_interval) {
@@ -217,7 +230,12 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     const char *state_dict_type = getenv("FSDP_STATE_DICT_TYPE");
     set(opts, "enable_checkpointing", checkpoints ? "true" : "false");
     if (checkpoints) set(opts, "default_root_dir", checkpoints);
-    if (state_dict_type) set(opts, "fsdp_state_dict_type", state_dict_type);
+    const char *prefix = getenv("FSDP_CHECKPOINT_PREFIX");
+    if (prefix) set(opts, "checkpoint_prefix", prefix);
+    if (state_dict_type && model_parallel)
+        set(opts, "save_distributed_checkpoint", strcmp(state_dict_type, "sharded") == 0 ? "true" : "false");
+    else if (state_dict_type)
+        set(opts, "fsdp_state_dict_type", state_dict_type);
     const char *checkpointing = getenv("FSDP_ACTIVATION_CHECKPOINTING");
     if (checkpointing) set(opts, "fsdp_activation_checkpointing_policy", checkpointing);
     const char *param_dtype = getenv("FSDP_PARAM_DTYPE"), *reduce_dtype = getenv("FSDP_REDUCE_DTYPE");
@@ -355,8 +373,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *sharding = argv[1];
-    if (strcmp(sharding, "FULL_SHARD") != 0 && strcmp(sharding, "SHARD_GRAD_OP") != 0) {
-        fprintf(stderr, "fsdp_rank: SHARDING %s is not FULL_SHARD or SHARD_GRAD_OP\n", sharding);
+    if (strcmp(sharding, "FULL_SHARD") != 0 && strcmp(sharding, "SHARD_GRAD_OP") != 0 &&
+        strcmp(sharding, "MODEL_PARALLEL") != 0) {
+        fprintf(stderr, "fsdp_rank: SHARDING %s is not FULL_SHARD, SHARD_GRAD_OP or MODEL_PARALLEL\n", sharding);
         return 2;
     }
     size_t samples = count_arg("SAMPLES", argv[5], MAX_SAMPLES);
@@ -381,8 +400,8 @@ int main(int argc, char **argv) {
     fulmen_tensor *x, *y;
     bool host = getenv("FSDP_HOST_LOOP") != NULL;
     if (host) {
-        if (strcmp(argv[10], "32-true") != 0 || strtod(argv[11], NULL) != 0) {
-            fprintf(stderr, "fsdp_rank: FSDP_HOST_LOOP takes PRECISION 32-true and CLIP 0\n");
+        if (strcmp(argv[10], "32-true") != 0 || strtod(argv[11], NULL) != 0 || strcmp(sharding, "MODEL_PARALLEL") == 0) {
+            fprintf(stderr, "fsdp_rank: FSDP_HOST_LOOP takes an FSDP SHARDING, PRECISION 32-true and CLIP 0\n");
             return 2;
         }
         rank_rows(xs, ys, samples, &x, &y);

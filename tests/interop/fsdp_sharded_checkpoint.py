@@ -43,8 +43,9 @@ import fsdp2_parity as base  # noqa: E402
 STEPS_PER_EPOCH = base.STEPS // base.EPOCHS
 
 
-def run_fulmen(work, binary, name, epochs, env_extra):
-    """fulmen's two ranks; returns each rank's final weights and losses."""
+def run_fulmen(work, binary, name, epochs, env_extra, sharding="FULL_SHARD"):
+    """fulmen's two ranks (fsdp_rank with `sharding`); returns each rank's
+    final weights and losses."""
     from safetensors.torch import load_file
 
     port = base.free_port()
@@ -55,7 +56,7 @@ def run_fulmen(work, binary, name, epochs, env_extra):
                    WORLD_SIZE=str(base.WORLD), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(base.WORLD),
                    GROUP_RANK="0", OMP_NUM_THREADS="1", **env_extra)
         out = os.path.join(work, f"fulmen-{name}-{rank}.safetensors")
-        cmd = [binary, "FULL_SHARD", init, x, y, str(base.SAMPLES), str(epochs), str(base.BATCH), out + ".losses",
+        cmd = [binary, sharding, init, x, y, str(base.SAMPLES), str(epochs), str(base.BATCH), out + ".losses",
                out, "32-true", "0"]
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)

@@ -84,6 +84,7 @@ fulmen::TrainerOptions o;
     o.tensor_parallel_plan("none");
     o.data_parallel_size("auto");
     o.tensor_parallel_size("auto");
+    o.save_distributed_checkpoint(true);
     o.ddp_timeout(std::chrono::seconds(1800));
     fulmen::Trainer trainer(o);
     EXPECT_TRUE(static_cast<bool>(trainer));

@@ -1,59 +1,47 @@
 //! A rank-local read of a sharded checkpoint: a rank of a sharded model
-//! reads only the rows it holds of each sharded parameter and of the
+//! reads only the part it holds of each sharded parameter and of the
 //! optimizer states shaped as one, so a model bigger than one device
 //! resumes without ever being whole on one.
+use super::cut::{Cut, Span};
 use super::tree::PathItem;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 
 /// What one rank holds of the model's sharded parameters.
 pub(crate) struct LocalRows {
-    /// Each sharded parameter's full shape and the rows of its padded
-    /// dimension 0 each rank holds, by each of the model's names for it (a
-    /// tied parameter has several).
-    params: HashMap<String, (Vec<i64>, i64)>,
+    /// Each sharded parameter's cut, by each of the model's names for it
+    /// (a tied parameter has several).
+    params: HashMap<String, Cut>,
     /// This rank's index among the ranks the parameters are sharded across.
     shard_rank: usize,
     /// The prefix of the model's names in checkpoints (`"model."`).
     prefix: String,
 }
 
-/// Rows `first .. first + rows` of a tensor's dimension 0.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct RowRange {
-    pub first: i64,
-    pub rows: i64,
-}
-
 impl LocalRows {
-    /// The rows `shard_rank` holds of `params` (name, full shape, rows per
-    /// rank; a tied parameter once per name); checkpoints name them with
-    /// `prefix`.
-    pub(crate) fn new(params: Vec<(String, Vec<i64>, i64)>, shard_rank: usize, prefix: &str) -> Self {
-        LocalRows {
-            params: params.into_iter().map(|(n, shape, rows)| (n, (shape, rows))).collect(),
-            shard_rank,
-            prefix: prefix.to_string(),
-        }
+    /// The parts `shard_rank` holds of `params` (name and cut; a tied
+    /// parameter once per name); checkpoints name them with `prefix`.
+    pub(crate) fn new(params: Vec<(String, Cut)>, shard_rank: usize, prefix: &str) -> Self {
+        LocalRows { params: params.into_iter().collect(), shard_rank, prefix: prefix.to_string() }
     }
 
     /// The sharded parameter a checkpoint names `key`: the run's prefix
     /// taken off, else the name as it is, else (a checkpoint written under
     /// another prefix, as `weights_for` reads one) the name without its
     /// first dotted component.
-    fn param(&self, key: &str) -> Option<&(Vec<i64>, i64)> {
+    fn param(&self, key: &str) -> Option<&Cut> {
         let stripped = key.strip_prefix(&self.prefix).filter(|_| !self.prefix.is_empty());
         let first_off = key.split_once('.').map(|(_, rest)| rest);
         [stripped, Some(key), first_off].into_iter().flatten().find_map(|k| self.params.get(k))
     }
 
-    /// The rows this rank reads of the tensor at `path` of full `size`: a
+    /// The part this rank reads of the tensor at `path` of full `size`: a
     /// model entry (`model` / `state_dict`) that is a sharded parameter,
     /// or an optimizer's per-parameter state of one, of the parameter's
     /// full shape. `None`: the tensor is read whole. A model entry named
     /// as a sharded parameter but of another shape is refused (another
     /// model's checkpoint), before anything is read.
-    pub(crate) fn rows_of(&self, path: &[PathItem], size: &[i64]) -> Result<Option<RowRange>> {
+    pub(crate) fn span_of(&self, path: &[PathItem], size: &[i64]) -> Result<Option<Span>> {
         let (key, model) = match path {
             [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" || m == "state_dict" => (fqn, true),
             [PathItem::Key(o), PathItem::Key(s), PathItem::Key(fqn), PathItem::Key(_)]
@@ -63,18 +51,19 @@ impl LocalRows {
             }
             _ => return Ok(None),
         };
-        let Some((shape, rows)) = self.param(key) else { return Ok(None) };
-        if shape.is_empty() {
+        let Some(cut) = self.param(key) else { return Ok(None) };
+        if cut.shape.is_empty() {
             return Ok(None);
         }
-        if shape.as_slice() != size {
+        if cut.shape.as_slice() != size {
             if model {
                 return Err(Error::format(format!(
-                    "the checkpoint's {key:?} has shape {size:?}, the model's parameter has {shape:?}"
+                    "the checkpoint's {key:?} has shape {size:?}, the model's parameter has {:?}",
+                    cut.shape
                 )));
             }
             return Ok(None);
         }
-        Ok(Some(RowRange { first: self.shard_rank as i64 * rows, rows: *rows }))
+        Ok(Some(cut.span(self.shard_rank)))
     }
 }

@@ -1,16 +1,19 @@
 //! Sharded checkpoints in `torch.distributed.checkpoint`'s own format, as
-//! Lightning's FSDP strategies write them with `state_dict_type="sharded"`:
+//! Lightning's FSDP strategies write them with `state_dict_type="sharded"`
+//! and its ModelParallelStrategy with `save_distributed_checkpoint=True`:
 //! a directory holding each rank's `__<rank>_0.distcp` (its shards of the
 //! model and optimizer states), a `.metadata` file (where every chunk
 //! lies) and `meta.pt` (the rest of the checkpoint: loops, callbacks,
 //! schedulers, as a `torch.save` file).
 //!
-//! Saving writes no gathered tensor: each rank writes the rows it holds
-//! (under a hybrid sharding, the first node's ranks only), rank 0 the
+//! Saving writes no gathered tensor: each rank writes the part it holds
+//! of each sharded tensor (FSDP's rows, tensor parallelism's columns or
+//! rows; under a hybrid sharding, the first node's ranks only), rank 0 the
 //! values every rank holds whole, then the metadata. Reading
 //! puts each tensor together whole from whatever chunks the directory has,
 //! so a checkpoint saved by any number of ranks loads on any other (and
 //! without a process group), and PyTorch's `dcp.load` reads fulmen's.
+mod cut;
 mod local;
 mod metadata;
 mod store;
@@ -27,20 +30,19 @@ use std::sync::Arc;
 use tch::Tensor;
 use tree::PathItem;
 
+pub(crate) use cut::Cut;
 pub(crate) use local::LocalRows;
 
 /// The file holding everything but the model and optimizer states
 /// (Lightning's `_METADATA_FILENAME`).
 pub const META_FILE: &str = "meta.pt";
 
-/// A parameter whose rows are spread over the ranks.
+/// A parameter cut across the ranks.
 pub(crate) struct ShardedParam {
-    /// The parameter (its data: this rank's padded rows, `[rows, shape[1..]]`).
+    /// The parameter (its data: this rank's part, shaped as `cut` says).
     pub param: Tensor,
-    /// Its full shape.
-    pub shape: Vec<i64>,
-    /// The rows of its padded dimension 0 each rank holds.
-    pub rows: i64,
+    /// Its full shape and where it is cut.
+    pub cut: Cut,
 }
 
 /// A tensor's identity in a state dict: where its data lies and its
@@ -65,25 +67,25 @@ pub(crate) fn names_by_tensor<'a>(
 }
 
 /// Each sharded parameter of `sharding` under each of its `names`
-/// ([`names_by_tensor`]): (name, full shape, rows per rank).
-pub(crate) fn sharded_names(
-    sharding: &Sharding,
-    names: &HashMap<TensorKey, Vec<String>>,
-) -> Vec<(String, Vec<i64>, i64)> {
+/// ([`names_by_tensor`]), with its cut.
+pub(crate) fn sharded_names(sharding: &Sharding, names: &HashMap<TensorKey, Vec<String>>) -> Vec<(String, Cut)> {
     let named = |sp: &ShardedParam| names.get(&tensor_key(&sp.param)).map(Vec::as_slice).unwrap_or_default();
-    sharding.params.iter().flat_map(|sp| named(sp).iter().map(|n| (n.clone(), sp.shape.clone(), sp.rows))).collect()
+    sharding.params.iter().flat_map(|sp| named(sp).iter().map(|n| (n.clone(), sp.cut.clone()))).collect()
 }
 
 /// What a sharded save needs from the strategy: the job's group, the
 /// parameters that are sharded (every other tensor is whole on each rank),
-/// and where this rank's rows lie.
+/// and where this rank's parts lie.
 pub(crate) struct Sharding {
     pub group: Arc<ProcessGroup>,
     pub params: Vec<ShardedParam>,
+    /// The key the model's states go under: `"model"` (Lightning's
+    /// FSDPStrategy) or `"state_dict"` (its ModelParallelStrategy).
+    pub model_key: &'static str,
     /// This rank's index among the ranks a parameter is sharded across
     /// (the job's rank, or under a hybrid sharding its rank in its node).
     pub shard_rank: usize,
-    /// Whether this rank writes its rows: under a hybrid sharding every
+    /// Whether this rank writes its parts: under a hybrid sharding every
     /// node holds the same rows, and only the first node's ranks write them
     /// (as torch's planner keeps one copy of replicated shards).
     pub writes_shards: bool,
@@ -94,12 +96,12 @@ pub fn is_sharded_dir(path: &Path) -> bool {
     path.is_dir() && std::fs::symlink_metadata(path.join(METADATA_FILE)).is_ok_and(|m| m.is_file())
 }
 
-/// Where a leaf goes: the full shape of a sharded tensor, or `None` (the
-/// value is whole on every rank; rank 0 writes it).
-type Placement = Option<(Vec<i64>, i64)>;
+/// Where a leaf goes: the cut of a sharded tensor, or `None` (the value
+/// is whole on every rank; rank 0 writes it).
+type Placement = Option<Cut>;
 
-/// Each sharded parameter's full shape and rows per rank, by its name.
-type Shapes = HashMap<String, (Vec<i64>, i64)>;
+/// Each sharded parameter's cut, by its name.
+type Shapes = HashMap<String, Cut>;
 
 /// Saves `ck` as the sharded checkpoint directory `dir`; every rank of
 /// `sharding.group` calls it together. `prefix` prefixes the model's names
@@ -132,20 +134,21 @@ pub(crate) fn save(
     // The same tree on every rank: an error here is every rank's.
     let leaves = tree::flatten(&converted)?;
     let placements: Vec<Placement> = leaves.iter().map(|leaf| placement(leaf, &shapes)).collect();
-    // This rank's pieces: the rows it holds of each sharded tensor, and on
+    // This rank's pieces: the part it holds of each sharded tensor, and on
     // rank 0 every whole value.
     let mut owned: Vec<(usize, Vec<i64>, Value)> = Vec::new();
     let mut whole: Vec<usize> = Vec::new();
     for (i, leaf) in leaves.iter().enumerate() {
         match (leaf.value, &placements[i]) {
             (Value::Tensor(_), Some(_)) if !sharding.writes_shards => {}
-            (Value::Tensor(t), Some((full, rows))) => {
-                let first = sharding.shard_rank as i64 * rows;
-                let real = (full[0] - first).clamp(0, *rows);
+            (Value::Tensor(t), Some(cut)) => {
+                let span = cut.span(sharding.shard_rank);
+                // Past the end under FSDP's padding: nothing real.
+                let real = (cut.shape[span.dim] - span.first).clamp(0, span.len);
                 if real > 0 {
-                    let mut offsets = vec![0i64; full.len()];
-                    offsets[0] = first;
-                    let piece = tch::no_grad(|| t.f_narrow(0, 0, real)?.f_contiguous())?;
+                    let mut offsets = vec![0i64; cut.shape.len()];
+                    offsets[span.dim] = span.first;
+                    let piece = tch::no_grad(|| t.f_narrow(span.dim as i64, 0, real)?.f_contiguous())?;
                     owned.push((i, offsets, Value::Tensor(piece)));
                 }
             }
@@ -178,8 +181,8 @@ pub(crate) fn save(
 }
 
 /// The checkpoint's parts: what `meta.pt` holds, the model and optimizer
-/// states by name (`{"model": ..., "optimizer_0": ...}`), and each sharded
-/// parameter's full shape and rows per rank, by name.
+/// states by name (`{"model": ..., "optimizer_0": ...}`, the model under
+/// `sharding.model_key`), and each sharded parameter's cut, by name.
 fn plan(
     ck: &Checkpoint,
     prefix: &str,
@@ -188,7 +191,8 @@ fn plan(
 ) -> Result<(Value, Value, Shapes)> {
     if ck.current_model_state.is_some() || !ck.callback_tensors.is_empty() {
         return Err(Error::unsupported(
-            "a sharded checkpoint cannot hold weight averaging's or a callback's tensors; use state_dict_type=\"full\"",
+            "a sharded checkpoint cannot hold weight averaging's or a callback's tensors; set fsdp_state_dict_type \
+             \"full\" (model_parallel: save_distributed_checkpoint false)",
         ));
     }
     let Value::Dict(top) = super::lightning::to_lightning(ck, prefix)? else {
@@ -209,7 +213,7 @@ fn plan(
             (_, v) => meta.push((k, v)),
         }
     }
-    let mut converted = vec![(Value::Str("model".into()), model.unwrap_or(Value::Dict(Vec::new())))];
+    let mut converted = vec![(Value::Str(sharding.model_key.into()), model.unwrap_or(Value::Dict(Vec::new())))];
     for (i, state) in optimizers.into_iter().enumerate() {
         let params = optimizer_params.get(i).map(Vec::as_slice).unwrap_or_default();
         let named = params
@@ -226,8 +230,7 @@ fn plan(
         converted.push((Value::Str(format!("optimizer_{i}")), by_name(state, &named)?));
     }
     let converted = Value::Dict(converted);
-    let shapes: Shapes =
-        sharded_names(sharding, &all_names).into_iter().map(|(n, shape, rows)| (n, (shape, rows))).collect();
+    let shapes: Shapes = sharded_names(sharding, &all_names).into_iter().collect();
     Ok((Value::Dict(meta), converted, shapes))
 }
 
@@ -236,7 +239,7 @@ fn plan(
 fn placement(leaf: &tree::Leaf<'_>, shapes: &Shapes) -> Placement {
     let Value::Tensor(t) = leaf.value else { return None };
     let param = match leaf.path.as_slice() {
-        [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" => fqn,
+        [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" || m == "state_dict" => fqn,
         [PathItem::Key(o), PathItem::Key(s), PathItem::Key(fqn), PathItem::Key(_)]
             if o.starts_with("optimizer_") && s == "state" =>
         {
@@ -244,11 +247,8 @@ fn placement(leaf: &tree::Leaf<'_>, shapes: &Shapes) -> Placement {
         }
         _ => return None,
     };
-    let (shape, rows) = shapes.get(param)?;
-    let size = t.size();
-    let shard_shaped =
-        !shape.is_empty() && size.len() == shape.len() && size.first() == Some(rows) && size[1..] == shape[1..];
-    shard_shaped.then(|| (shape.clone(), *rows))
+    let cut = shapes.get(param)?;
+    cut.is_part_shaped(&t.size()).then(|| cut.clone())
 }
 
 /// An optimizer's torch state with its parameters named: `state` keyed by
@@ -393,7 +393,7 @@ fn describe(leaves: &[tree::Leaf<'_>], placements: &[Placement], all: &[Vec<u8>]
         let entry = match leaf.value {
             Value::Tensor(t) => Entry::Tensor {
                 kind: t.kind(),
-                size: placements[i].as_ref().map(|(s, _)| s.clone()).unwrap_or_else(|| t.size()),
+                size: placements[i].as_ref().map(|c| c.shape.clone()).unwrap_or_else(|| t.size()),
                 chunks: std::mem::take(&mut chunks[i]),
             },
             _ => Entry::Bytes(
@@ -475,8 +475,8 @@ fn save_id() -> String {
 /// entries alone are read. The model's states may be under `model`
 /// (Lightning's FSDPStrategy) or `state_dict` (its ModelParallelStrategy).
 /// With `local`, the tensors of the model's sharded parameters (and the
-/// optimizer states shaped as one) hold only this rank's rows, read from
-/// the chunks that overlap them.
+/// optimizer states shaped as one) hold only this rank's part, read from
+/// the chunks that overlap it.
 pub(crate) fn load(dir: &Path, weights_only: bool, local: Option<&LocalRows>) -> Result<Value> {
     let what = dir.display().to_string();
     let meta_path = dir.join(METADATA_FILE);
@@ -503,9 +503,9 @@ pub(crate) fn load(dir: &Path, weights_only: bool, local: Option<&LocalRows>) ->
             continue;
         }
         let value = match entry {
-            Entry::Tensor { kind, size, chunks } => match local.map(|l| l.rows_of(&path, &size)).transpose()?.flatten()
+            Entry::Tensor { kind, size, chunks } => match local.map(|l| l.span_of(&path, &size)).transpose()?.flatten()
             {
-                Some(r) => Value::Tensor(files.rows(&fqn, kind, &size, &chunks, r.first, r.rows)?),
+                Some(span) => Value::Tensor(files.span(&fqn, kind, &size, &chunks, span)?),
                 None => Value::Tensor(files.tensor(&fqn, kind, &size, &chunks)?),
             },
             Entry::Bytes(at) => files.value(&at)?,

@@ -2,6 +2,7 @@
 //! `__<rank>_0.distcp`, a run of `torch.save` archives (one per tensor
 //! chunk or pickled value) whose offsets and lengths the `.metadata` file
 //! records; read back piece by piece, never more than the file holds.
+use super::cut::Span;
 use super::metadata::{Chunk, Location};
 use crate::checkpoint::torch_save::{self, Value};
 use crate::error::{Error, Result};
@@ -176,45 +177,44 @@ impl DataFiles {
         Ok(full)
     }
 
-    /// Rows `first .. first + rows` of dimension 0 of the tensor `fqn` of
-    /// `kind` and `size` (a 0-dim tensor counts as one row), zero past its
-    /// end: `[rows, size[1..]]`, what one rank of a sharded model holds of
-    /// it. Only the chunks that overlap those rows are read, one at a time.
-    pub(crate) fn rows(
-        &mut self,
-        fqn: &str,
-        kind: Kind,
-        size: &[i64],
-        chunks: &[Chunk],
-        first: i64,
-        rows: i64,
-    ) -> Result<Tensor> {
+    /// The entries `span` says of the tensor `fqn` of `kind` and `size`
+    /// (a 0-dim tensor counts as one entry of dimension 0), zero past its
+    /// end: `size` with `span.len` at `span.dim`, what one rank of a
+    /// sharded model holds of it. Only the chunks that overlap the span are
+    /// read, one at a time.
+    pub(crate) fn span(&mut self, fqn: &str, kind: Kind, size: &[i64], chunks: &[Chunk], span: Span) -> Result<Tensor> {
         let what = format!("{}: tensor {fqn:?}", self.dir.display());
         self.check_chunks(&what, kind, size, chunks)?;
-        if first < 0 || rows < 0 {
-            return Err(Error::invalid(format!("{what}: rows {first} + {rows}")));
+        let full: Vec<i64> = if size.is_empty() { vec![1] } else { size.to_vec() };
+        if span.first < 0 || span.len < 0 || span.dim >= full.len() {
+            return Err(Error::invalid(format!(
+                "{what}: entries {} + {} of dimension {}",
+                span.first, span.len, span.dim
+            )));
         }
-        let mut shape = vec![rows];
-        shape.extend(size.iter().skip(1));
+        let mut shape = full.clone();
+        shape[span.dim] = span.len;
         let out = Tensor::f_zeros(&shape, (kind, tch::Device::Cpu))?;
-        let end = first.saturating_add(rows);
+        let (dim, end) = (span.dim as i64, span.first.saturating_add(span.len));
         for c in chunks {
             if volume(&c.sizes) == Some(0) {
                 continue;
             }
-            // A 0-dim tensor's one chunk is row 0.
-            let (c0, n0) = (c.offsets.first().copied().unwrap_or(0), c.sizes.first().copied().unwrap_or(1));
-            let (lo, hi) = (c0.max(first), (c0 + n0).min(end));
+            // A 0-dim tensor's one chunk is entry 0.
+            let (offsets, sizes) =
+                if size.is_empty() { (vec![0], vec![1]) } else { (c.offsets.clone(), c.sizes.clone()) };
+            let (c0, n0) = (offsets[span.dim], sizes[span.dim]);
+            let (lo, hi) = (c0.max(span.first), (c0 + n0).min(end));
             if lo >= hi {
                 continue;
             }
             let t = self.chunk(&what, c)?;
             let t = if size.is_empty() { t.f_reshape([1])? } else { t };
-            let mut view = out.f_narrow(0, lo - first, hi - lo)?;
-            for (d, (o, s)) in c.offsets.iter().zip(&c.sizes).enumerate().skip(1) {
+            let mut view = out.f_narrow(dim, lo - span.first, hi - lo)?;
+            for (d, (o, s)) in offsets.iter().zip(&sizes).enumerate().filter(|(d, _)| *d != span.dim) {
                 view = view.f_narrow(d as i64, *o, *s)?;
             }
-            let piece = t.f_narrow(0, lo - c0, hi - lo)?;
+            let piece = t.f_narrow(dim, lo - c0, hi - lo)?;
             tch::no_grad(|| view.f_copy_(&piece.f_to_kind(kind)?))?;
         }
         Ok(out)

@@ -1,3 +1,4 @@
+use super::cut::Span;
 use super::metadata::{self, Chunk, Entry, Location, Metadata};
 use super::store::{self, DataFiles};
 use super::tree::{self, PathItem};
@@ -205,12 +206,13 @@ fn a_rank_reads_only_the_chunks_of_its_rows() {
         Chunk { offsets: vec![2, 0], sizes: vec![2, 3], at: at(1) },
         Chunk { offsets: vec![4, 0], sizes: vec![1, 3], at: at(2) },
     ];
+    let rows = |first, len| Span { dim: 0, first, len };
     let mut files = DataFiles::new(&dir);
     // Two ranks of 3 rows: rank 1 holds rows 3, 4 and a zero row.
-    let rank1 = files.rows("w", Kind::Float, &[5, 3], &chunks, 3, 3).unwrap();
+    let rank1 = files.span("w", Kind::Float, &[5, 3], &chunks, rows(3, 3)).unwrap();
     let want = Tensor::cat(&[full.narrow(0, 3, 2), Tensor::zeros([1, 3], (Kind::Float, tch::Device::Cpu))], 0);
     assert!(rank1.equal(&want));
-    let rank0 = files.rows("w", Kind::Float, &[5, 3], &chunks, 0, 3).unwrap();
+    let rank0 = files.span("w", Kind::Float, &[5, 3], &chunks, rows(0, 3)).unwrap();
     assert!(rank0.equal(&full.narrow(0, 0, 3)));
     // The first chunk's bytes spoiled: rank 1 never reads them, a whole read does.
     drop(files);
@@ -220,7 +222,7 @@ fn a_rank_reads_only_the_chunks_of_its_rows() {
         f.write_all_at(&vec![0xAB; places[0].1 as usize], places[0].0).unwrap();
     }
     let mut files = DataFiles::new(&dir);
-    assert!(files.rows("w", Kind::Float, &[5, 3], &chunks, 3, 3).unwrap().equal(&want));
+    assert!(files.span("w", Kind::Float, &[5, 3], &chunks, rows(3, 3)).unwrap().equal(&want));
     assert!(files.tensor("w", Kind::Float, &[5, 3], &chunks).is_err());
     // A 0-dim tensor is one row: rank 0 holds it, rank 1 a zero.
     let scalar = Value::Tensor(Tensor::from(7.0f32));
@@ -230,8 +232,50 @@ fn a_rank_reads_only_the_chunks_of_its_rows() {
         sizes: vec![],
         at: Location { file: "__1_0.distcp".into(), offset: places[0].0, length: places[0].1 },
     }];
-    assert_eq!(Vec::<f32>::try_from(files.rows("s", Kind::Float, &[], &one, 0, 1).unwrap()).unwrap(), [7.0]);
-    assert_eq!(Vec::<f32>::try_from(files.rows("s", Kind::Float, &[], &one, 1, 1).unwrap()).unwrap(), [0.0]);
+    assert_eq!(Vec::<f32>::try_from(files.span("s", Kind::Float, &[], &one, rows(0, 1)).unwrap()).unwrap(), [7.0]);
+    assert_eq!(Vec::<f32>::try_from(files.span("s", Kind::Float, &[], &one, rows(1, 1)).unwrap()).unwrap(), [0.0]);
+}
+
+/// A tensor-parallel rank reads its columns: from chunks cut by rows
+/// (another job's FSDP checkpoint) and from chunks cut by columns (its
+/// own), only those that overlap them.
+#[test]
+fn a_rank_reads_its_columns_from_chunks_cut_either_way() {
+    let dir = crate::test_dirs::TempDir::new("dcp-columns");
+    let full = Tensor::arange(24, (Kind::Float, tch::Device::Cpu)).reshape([4, 6]);
+    let by_rows: Vec<Value> = [0, 2].iter().map(|o| Value::Tensor(full.narrow(0, *o, 2).contiguous())).collect();
+    let by_columns: Vec<Value> = [0, 3].iter().map(|o| Value::Tensor(full.narrow(1, *o, 3).contiguous())).collect();
+    let refs: Vec<&Value> = by_rows.iter().chain(&by_columns).collect();
+    let places = store::write_pieces(&dir.join("__0_0.distcp"), &refs).unwrap();
+    let at = |i: usize| Location { file: "__0_0.distcp".into(), offset: places[i].0, length: places[i].1 };
+    let row_chunks = vec![
+        Chunk { offsets: vec![0, 0], sizes: vec![2, 6], at: at(0) },
+        Chunk { offsets: vec![2, 0], sizes: vec![2, 6], at: at(1) },
+    ];
+    let column_chunks = vec![
+        Chunk { offsets: vec![0, 0], sizes: vec![4, 3], at: at(2) },
+        Chunk { offsets: vec![0, 3], sizes: vec![4, 3], at: at(3) },
+    ];
+    let columns = |first| Span { dim: 1, first, len: 3 };
+    let mut files = DataFiles::new(&dir);
+    for chunks in [&row_chunks, &column_chunks] {
+        for first in [0, 3] {
+            let got = files.span("w", Kind::Float, &[4, 6], chunks, columns(first)).unwrap();
+            assert!(got.equal(&full.narrow(1, first, 3)), "columns from {first} of {chunks:?}");
+        }
+    }
+    // The first column chunk spoiled: rank 1 never reads it.
+    drop(files);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(dir.join("__0_0.distcp")).unwrap();
+        f.write_all_at(&vec![0xAB; places[2].1 as usize], places[2].0).unwrap();
+    }
+    let mut files = DataFiles::new(&dir);
+    assert!(files.span("w", Kind::Float, &[4, 6], &column_chunks, columns(3)).unwrap().equal(&full.narrow(1, 3, 3)));
+    assert!(files.span("w", Kind::Float, &[4, 6], &column_chunks, columns(0)).is_err());
+    // A span past the tensor's dimensions is refused.
+    assert!(files.span("w", Kind::Float, &[4, 6], &row_chunks, Span { dim: 2, first: 0, len: 1 }).is_err());
 }
 
 /// Which tensors a rank reads in part: its sharded parameters under the
@@ -239,22 +283,29 @@ fn a_rank_reads_only_the_chunks_of_its_rows() {
 /// shape; everything else whole.
 #[test]
 fn local_rows_select_sharded_parameters_and_their_states() {
+    let cut = |shape: Vec<i64>, per_rank| Cut { shape, dim: 0, per_rank };
     let local = LocalRows::new(
-        vec![("layer.weight".into(), vec![5, 3], 3), ("tied.weight".into(), vec![5, 3], 3), ("s".into(), vec![], 1)],
+        vec![
+            ("layer.weight".into(), cut(vec![5, 3], 3)),
+            ("tied.weight".into(), cut(vec![5, 3], 3)),
+            ("s".into(), cut(vec![], 1)),
+            ("columns.weight".into(), Cut { shape: vec![4, 6], dim: 1, per_rank: 3 }),
+        ],
         1,
         "model.",
     );
     let model = |k: &str| vec![key("model"), key(k)];
-    let rows = |path: &[PathItem], size: &[i64]| local.rows_of(path, size).unwrap();
-    assert_eq!(rows(&model("model.layer.weight"), &[5, 3]), Some(local::RowRange { first: 3, rows: 3 }));
+    let rows = |path: &[PathItem], size: &[i64]| local.span_of(path, size).unwrap();
+    assert_eq!(rows(&model("model.layer.weight"), &[5, 3]), Some(Span { dim: 0, first: 3, len: 3 }));
     assert_eq!(rows(&model("net.layer.weight"), &[5, 3]).map(|r| r.first), Some(3));
-    assert_eq!(rows(&[key("state_dict"), key("layer.weight")], &[5, 3]).map(|r| r.rows), Some(3));
+    assert_eq!(rows(&[key("state_dict"), key("layer.weight")], &[5, 3]).map(|r| r.len), Some(3));
+    assert_eq!(rows(&model("model.columns.weight"), &[4, 6]), Some(Span { dim: 1, first: 3, len: 3 }));
     // Every name of a tied parameter.
     assert!(rows(&model("model.tied.weight"), &[5, 3]).is_some());
     // Only one dotted component is taken off an unknown prefix.
     assert_eq!(rows(&model("a.b.layer.weight"), &[5, 3]), None);
     // A model entry of another shape is another model's: refused.
-    let e = local.rows_of(&model("model.layer.weight"), &[4, 3]).unwrap_err();
+    let e = local.span_of(&model("model.layer.weight"), &[4, 3]).unwrap_err();
     assert!(e.message.contains("[4, 3]") && e.message.contains("[5, 3]"), "{e}");
     assert_eq!(rows(&model("model.layer.bias"), &[5]), None);
     let state = |k: &str| vec![key("optimizer_0"), key("state"), key("model.layer.weight"), key(k)];

@@ -312,6 +312,14 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// - `tensor_parallel_size` (text; default auto): strategy
 ///   "model_parallel": Lightning's tensor_parallel_size, "auto" (the ranks
 ///   per data-parallel replica) or a count, which must be the world size.
+/// - `save_distributed_checkpoint` (bool; default true): strategy
+///   "model_parallel": Lightning's save_distributed_checkpoint; true = each
+///   checkpoint is a torch.distributed.checkpoint directory (every rank
+///   writes its parts of the split parameters and their optimizer states,
+///   rank 0 .metadata and meta.pt; the model's states under "state_dict"),
+///   as Lightning's ModelParallelStrategy writes; it resumes on any number
+///   of ranks, each reading only its parts; false = one file, gathered
+///   whole and written by rank 0.
 /// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
 ///   rendezvous and on every collective of a distributed job.
 // Generated: end
@@ -463,8 +471,9 @@ pub(crate) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
 /// `checkpoint_format` and `checkpoint_prefix` options), a sharded
 /// checkpoint directory (`torch.distributed.checkpoint`'s, holding
-/// `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type`, it
-/// resumes under any strategy and world size), "last" (the newest
+/// `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type` and
+/// `save_distributed_checkpoint`, it resumes under any strategy and world
+/// size), "last" (the newest
 /// last/any checkpoint of this root dir) or "best" (the best checkpoint of
 /// this trainer's previous fit). Without `ckpt_path`, another fit on the
 /// same trainer goes on from the loop's progress the last fit left (its

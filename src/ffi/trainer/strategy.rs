@@ -64,7 +64,8 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// `tensor_parallel_plan` ("path=style, ...", styles colwise,
 /// colwise_replicated_output, rowwise, rowwise_replicated_input),
 /// `data_parallel_size` and `tensor_parallel_size` ("auto" or a count;
-/// fulmen runs 1 and the world size). A bad key or value is
+/// fulmen runs 1 and the world size), `save_distributed_checkpoint`
+/// (boolean, default true: sharded checkpoint directories). A bad key or value is
 /// FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a

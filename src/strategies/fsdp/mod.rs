@@ -150,8 +150,7 @@ impl FsdpStrategy {
             for sp in u.lock_params().iter() {
                 params.push(crate::checkpoint::dcp::ShardedParam {
                     param: sp.param.shallow_clone(),
-                    shape: sp.shape.clone(),
-                    rows: sp.rows,
+                    cut: crate::checkpoint::dcp::Cut { shape: sp.shape.clone(), dim: 0, per_rank: sp.rows },
                 });
             }
         }
@@ -159,6 +158,7 @@ impl FsdpStrategy {
         Ok(Some(crate::checkpoint::dcp::Sharding {
             group: Arc::clone(&self.ctx.group),
             params,
+            model_key: "model",
             shard_rank: self.groups.shard.rank(),
             writes_shards: self.groups.replicas.as_ref().is_none_or(|r| r.rank() == 0),
         }))

@@ -2,9 +2,11 @@
 //! per device as for DDP, the layers the plan names split across every
 //! rank with tensor parallelism (`tensor_parallel.rs`, torch's
 //! `parallelize_module`), every rank reading the same batches; gradient
-//! clipping by the whole model's norm; checkpoints gathered whole on every
-//! rank and written by rank 0 (resume splits them again); the model whole
-//! again after the run.
+//! clipping by the whole model's norm; checkpoints written as
+//! torch.distributed.checkpoint directories of every rank's parts
+//! (Lightning's `save_distributed_checkpoint=True`, read back rank-locally)
+//! or gathered whole on every rank and written by rank 0 (resume splits
+//! them again); the model whole again after the run.
 mod settings;
 mod tensor_parallel;
 
@@ -30,6 +32,8 @@ pub(crate) struct ModelParallelStrategy {
     placement: Placement,
     ctx: Arc<DistContext>,
     plan: Vec<(String, ParallelStyle)>,
+    /// Checkpoints as sharded directories, each rank writing its parts.
+    save_distributed: bool,
     /// The model while it is split.
     split: Mutex<Option<TensorParallel>>,
     /// The run failed: the group is gone, nothing may be gathered.
@@ -59,6 +63,7 @@ impl ModelParallelStrategy {
             placement,
             ctx,
             plan: settings.plan.clone(),
+            save_distributed: settings.save_distributed_checkpoint,
             split: Mutex::new(None),
             failed: false,
         })
@@ -83,6 +88,20 @@ impl ModelParallelStrategy {
     /// Runs `f` on the split model (nothing before wrapping).
     fn with_split(&self, f: impl FnOnce(&mut TensorParallel) -> Result<()>) -> Result<()> {
         self.split().as_mut().map_or(Ok(()), f)
+    }
+
+    /// The split parameters and where this rank's parts lie, as a sharded
+    /// checkpoint needs them (`None` while the model is not split).
+    fn shards(&self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        let Some(tp) = self.split().as_ref().map(|tp| tp.shards()).transpose()? else { return Ok(None) };
+        self.check_alive()?;
+        Ok(Some(crate::checkpoint::dcp::Sharding {
+            group: Arc::clone(&self.ctx.group),
+            params: tp,
+            model_key: "state_dict",
+            shard_rank: self.ctx.group.rank(),
+            writes_shards: true,
+        }))
     }
 
     /// The model whole again and let go (a collective unless it is whole).
@@ -157,6 +176,22 @@ impl Strategy for ModelParallelStrategy {
             }
             Ok(())
         })
+    }
+
+    /// With `save_distributed_checkpoint`: a sharded directory, every rank
+    /// its parts. After the fit (the model whole again) a checkpoint is
+    /// one file, as with it off.
+    fn sharded_checkpoint(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        if !self.save_distributed {
+            return Ok(None);
+        }
+        self.shards()
+    }
+
+    /// A sharded directory is read rank-locally whichever way this run
+    /// saves: each rank reads its parts only.
+    fn local_shards(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        self.shards()
     }
 
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {

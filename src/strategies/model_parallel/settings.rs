@@ -5,13 +5,15 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::nn::ParallelStyle;
 
 /// The settings' names, for messages.
-pub(crate) const KEYS: &str = "tensor_parallel_plan, data_parallel_size, tensor_parallel_size";
+pub(crate) const KEYS: &str =
+    "tensor_parallel_plan, data_parallel_size, tensor_parallel_size, save_distributed_checkpoint";
 
 /// Most layers a plan names.
 const MAX_PLAN: usize = 4096;
 
-/// How the model is split across the ranks.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// How the model is split across the ranks, and how checkpoints of it
+/// are written.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelParallelOptions {
     /// The layers to split and how, by dotted path.
     pub plan: Vec<(String, ParallelStyle)>,
@@ -19,6 +21,21 @@ pub struct ModelParallelOptions {
     pub data_parallel_size: Option<usize>,
     /// Lightning's `tensor_parallel_size` (`None`: "auto").
     pub tensor_parallel_size: Option<usize>,
+    /// Lightning's `save_distributed_checkpoint`: each checkpoint a
+    /// torch.distributed.checkpoint directory of every rank's parts
+    /// (`true`, Lightning's default), or one file gathered whole.
+    pub save_distributed_checkpoint: bool,
+}
+
+impl Default for ModelParallelOptions {
+    fn default() -> Self {
+        ModelParallelOptions {
+            plan: Vec::new(),
+            data_parallel_size: None,
+            tensor_parallel_size: None,
+            save_distributed_checkpoint: true,
+        }
+    }
 }
 
 /// Parses "path=style, path=style, ..." ("none" or "": no layer).
@@ -67,6 +84,7 @@ impl ModelParallelOptions {
             "tensor_parallel_plan" => self.plan = parse_plan(v)?,
             "data_parallel_size" => self.data_parallel_size = parse_size(key, v)?,
             "tensor_parallel_size" => self.tensor_parallel_size = parse_size(key, v)?,
+            "save_distributed_checkpoint" => self.save_distributed_checkpoint = crate::parse::parse_bool(key, v)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -118,6 +136,10 @@ mod tests {
         assert!(o.set("tensor_parallel_plan", "1:colwise").is_err());
         assert!(o.set("tensor_parallel_plan", "1=diagonal").is_err());
         assert!(!o.set("colour", "red").unwrap());
+        assert!(o.save_distributed_checkpoint);
+        assert!(o.set("save_distributed_checkpoint", "false").unwrap());
+        assert!(!o.save_distributed_checkpoint);
+        assert!(o.set("save_distributed_checkpoint", "maybe").is_err());
         o.check(2, 1).unwrap();
         assert!(o.set("data_parallel_size", "0").is_err());
         o.set("data_parallel_size", "2").unwrap();

@@ -195,6 +195,27 @@ impl TensorParallel {
         self.split.iter().find(|s| s.param.data_ptr() == p.data_ptr() && s.param.size() == p.size())
     }
 
+    /// Each split parameter and its cut, as a sharded checkpoint writes
+    /// and reads them (this rank's part is its data). Refused while the
+    /// parameters are gathered whole.
+    pub(crate) fn shards(&self) -> Result<Vec<crate::checkpoint::dcp::ShardedParam>> {
+        if self.whole() {
+            return Err(Error::state(
+                "tensor parallel: the parameters are gathered whole; a sharded checkpoint needs their parts",
+            ));
+        }
+        let cut = |s: &SplitTensor| crate::checkpoint::dcp::Cut {
+            shape: s.full.clone(),
+            dim: s.dim as usize,
+            per_rank: s.part[s.dim as usize],
+        };
+        Ok(self
+            .split
+            .iter()
+            .map(|s| crate::checkpoint::dcp::ShardedParam { param: s.param.shallow_clone(), cut: cut(s) })
+            .collect())
+    }
+
     /// Clips every parameter's gradient by the 2-norm over the whole model
     /// (the split parameters' parts summed over the ranks, the others
     /// counted once), torch's `clip_grad_norm_` on DTensors; returns the

@@ -531,6 +531,16 @@ public:
     /// Sets `tensor_parallel_size` on a temporary and passes it on.
     Self&& tensor_parallel_size(std::string_view v) && { return std::move(put("tensor_parallel_size", v)); }
 
+    /// `save_distributed_checkpoint` (bool; default true): strategy "model_parallel": Lightning's
+    /// save_distributed_checkpoint; true = each checkpoint is a torch.distributed.checkpoint
+    /// directory (every rank writes its parts of the split parameters and their optimizer states,
+    /// rank 0 .metadata and meta.pt; the model's states under "state_dict"), as Lightning's
+    /// ModelParallelStrategy writes; it resumes on any number of ranks, each reading only its
+    /// parts; false = one file, gathered whole and written by rank 0.
+    Self& save_distributed_checkpoint(bool v) & { return put("save_distributed_checkpoint", v); }
+    /// Sets `save_distributed_checkpoint` on a temporary and passes it on.
+    Self&& save_distributed_checkpoint(bool v) && { return std::move(put("save_distributed_checkpoint", v)); }
+
     /// `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the rendezvous and on every
     /// collective of a distributed job.
     template <class Rep, class Period>
