@@ -49,6 +49,28 @@ fn columns() -> Module {
     m
 }
 
+/// Sizes that do not divide by 2 or 4 ranks (torch.chunk's parts, as
+/// DTensor cuts them: 17 rows as 9 + 8 or 5 + 5 + 5 + 2, 9 columns over 4
+/// ranks as 3 + 3 + 3 + 0): `Sequential(Embedding(17, 7), Linear(7, 10),
+/// Tanh, Linear(10, 9), Linear(9, 11), Linear(11, 16))` and
+/// `Sequential(Embedding(16, 9), Linear(9, 16))`, seeded.
+fn uneven(columns: bool) -> Module {
+    tch::manual_seed(13);
+    let mut m = Module::sequential();
+    if columns {
+        m.push(Module::embedding(VOCAB, 9).unwrap()).unwrap();
+        m.push(Module::linear(9, VOCAB, true).unwrap()).unwrap();
+        return m;
+    }
+    m.push(Module::embedding(VOCAB + 1, 7).unwrap()).unwrap();
+    m.push(Module::linear(7, 10, true).unwrap()).unwrap();
+    m.push(Module::activation(Activation::Tanh)).unwrap();
+    m.push(Module::linear(10, 9, true).unwrap()).unwrap();
+    m.push(Module::linear(9, 11, true).unwrap()).unwrap();
+    m.push(Module::linear(11, VOCAB, true).unwrap()).unwrap();
+    m
+}
+
 /// The scenario's model and plan.
 fn scenario(name: &str) -> (Module, Vec<(String, ParallelStyle)>) {
     use ParallelStyle::*;
@@ -59,6 +81,17 @@ fn scenario(name: &str) -> (Module, Vec<(String, ParallelStyle)>) {
             plan(&[("0", RowwiseReplicatedInput), ("1", Colwise), ("3", Rowwise), ("5", ColwiseReplicatedOutput)]),
         ),
         "columns" => (columns(), plan(&[("0", Colwise), ("1", Rowwise), ("3", ColwiseReplicatedOutput)])),
+        "uneven" => (
+            uneven(false),
+            plan(&[
+                ("0", RowwiseReplicatedInput),
+                ("1", Colwise),
+                ("3", Rowwise),
+                ("4", ColwiseReplicatedOutput),
+                ("5", RowwiseReplicatedInput),
+            ]),
+        ),
+        "uneven_columns" => (uneven(true), plan(&[("0", Colwise), ("1", Rowwise)])),
         _ => panic!("unknown scenario {name}"),
     }
 }
@@ -188,10 +221,6 @@ fn refusals_run() -> Result<()> {
         ErrorCode::InvalidArgument,
         "plan differs",
     );
-    let odd: SharedModel = Arc::new(Mutex::new(Module::linear(5, 3, true)?));
-    let plan = vec![(String::new(), Colwise)];
-    let e = TensorParallel::new(Arc::clone(&ctx), odd, &plan).err().expect("3 rows split in equal parts");
-    assert!(e.message.contains("does not split"), "{e}");
     let plan = vec![("1".to_string(), Colwise), ("3".to_string(), Rowwise)];
     let tp = TensorParallel::new(Arc::clone(&ctx), Arc::clone(&model), &plan)?;
     let e = TensorParallel::new(Arc::clone(&ctx), Arc::clone(&model), &plan).err().expect("split twice");
@@ -333,8 +362,11 @@ fn tp_rank_main() {
         return;
     }
     if name.starts_with("trainer") {
-        let (losses, weights) =
-            trainer_run(Path::new(&work), name != "trainer", name == "trainer_resume_whole").unwrap();
+        let (losses, weights) = match std::env::var("FULMEN_TEST_RESUME") {
+            // Another job's checkpoint, resumed on this job's ranks.
+            Ok(ck) => fit("model_parallel", 2, &Path::new(&work).join("elsewhere"), Some(&ck), false).unwrap(),
+            Err(_) => trainer_run(Path::new(&work), name != "trainer", name == "trainer_resume_whole").unwrap(),
+        };
         let text = losses.iter().map(|l| format!("{l:.17e}")).collect::<Vec<_>>().join("\n");
         std::fs::write(dir.join("losses.txt"), text).unwrap();
         Tensor::write_npz(&weights, dir.join("weights.npz")).unwrap();
@@ -352,11 +384,17 @@ fn tp_rank_main() {
 
 /// Starts `world` ranks of `name` and waits for them.
 fn run_ranks(world: usize, name: &str, work: &Path) {
+    run_ranks_with(world, name, work, &[]);
+}
+
+/// [`run_ranks`] with more environment variables.
+fn run_ranks_with(world: usize, name: &str, work: &Path, env: &[(&str, &str)]) {
     let port = fulmen::distributed::launcher::free_port().unwrap();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..world)
         .map(|rank| {
             Command::new(&exe)
+                .envs(env.iter().copied())
                 .args(["--ignored", "--exact", "tp_rank_main", "--nocapture", "--test-threads=1"])
                 .env("FULMEN_TEST_SCENARIO", name)
                 .env("FULMEN_TEST_WORK", work)
@@ -453,6 +491,16 @@ fn split_layers_on_four_ranks_equal_one_process() {
     check_against_one_process("mlp", 4);
 }
 
+/// Sizes that do not divide by the ranks split as DTensor splits them
+/// (the last ranks' parts shorter, or empty).
+#[test]
+fn uneven_splits_equal_one_process() {
+    for world in [2, 4] {
+        check_against_one_process("uneven", world);
+        check_against_one_process("uneven_columns", world);
+    }
+}
+
 /// The trainer's model_parallel on 2 ranks (clipping, a checkpoint each
 /// epoch, the model whole after the fit), and resumed from its checkpoint
 /// (a sharded directory, or one file), equals one process fitting the
@@ -486,7 +534,9 @@ fn the_trainers_model_parallel_equals_one_process() {
 /// The first epoch's checkpoint of `name`'s job: a sharded directory
 /// (each rank's parts, `.metadata`, `meta.pt`) or, with whole checkpoints,
 /// one file; one process resumed from it takes the second epoch's steps
-/// of the reference (`want_losses`) to its weights.
+/// of the reference (`want_losses`) to its weights, and so do three ranks
+/// resuming the directory (each reading its uneven parts of the two
+/// ranks' chunks).
 fn resumed_elsewhere(name: &str, work: &Path, want_losses: &[f64], want_weights: &[(String, Tensor)]) {
     let ck = last_checkpoint(&work.join("fit"));
     let sharded = Path::new(&ck).is_dir();
@@ -496,6 +546,19 @@ fn resumed_elsewhere(name: &str, work: &Path, want_losses: &[f64], want_weights:
             std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         files.sort();
         assert_eq!(files, [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"], "{name}: {ck}");
+        let three = work.join("three-ranks");
+        std::fs::create_dir_all(&three).unwrap();
+        run_ranks_with(3, "trainer_resumed", &three, &[("FULMEN_TEST_RESUME", ck.as_str())]);
+        for r in 0..3 {
+            let dir = three.join(format!("rank{r}"));
+            let got = read(&dir, "losses.txt");
+            assert_eq!(got.len(), want_losses.len(), "{name} on 3 ranks: steps");
+            for (s, (a, b)) in got.iter().zip(want_losses).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name} on 3 ranks, rank {r} step {s}: {a} vs {b}");
+            }
+            let weights = Tensor::read_npz(dir.join("weights.npz")).unwrap();
+            assert_same_tensors(&format!("{name} on 3 ranks, rank {r}"), &weights, want_weights);
+        }
     }
     let (losses, weights) = fit("auto", 2, &work.join("one-process"), Some(&ck), false).unwrap();
     assert_eq!(losses.len(), want_losses.len(), "{name}: steps resumed in one process");

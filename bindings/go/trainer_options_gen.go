@@ -629,7 +629,8 @@ func (o *TrainerOptions) SetTensorParallelSize(v string) error {
 // the model's states under "state_dict"), as Lightning's
 // ModelParallelStrategy writes; it resumes on any number of ranks, each
 // reading only its parts; false = one file, gathered whole and written by
-// rank 0.
+// rank 0 (what a checkpoint_io plugin or a weight-averaging callback's state
+// needs: sharded directories refuse them).
 func (o *TrainerOptions) SetSaveDistributedCheckpoint(v bool) error {
 	return o.SetBool("save_distributed_checkpoint", v)
 }

@@ -914,7 +914,9 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   rank 0 .metadata and meta.pt; the model's states under "state_dict"),
  *   as Lightning's ModelParallelStrategy writes; it resumes on any number
  *   of ranks, each reading only its parts; false = one file, gathered
- *   whole and written by rank 0.
+ *   whole and written by rank 0 (what a checkpoint_io plugin or a
+ *   weight-averaging callback's state needs: sharded directories refuse
+ *   them).
  * - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
  *   rendezvous and on every collective of a distributed job.
  *

@@ -262,15 +262,16 @@ pub(crate) trait Strategy {
         Ok(())
     }
 
-    /// Under FSDP's `state_dict_type="sharded"`: the parameters in their
-    /// sharded state, and what a sharded checkpoint directory needs to
-    /// know of them (each rank then writes its own shards); `None` where
-    /// checkpoints are gathered whole (every other strategy).
+    /// Under FSDP's `state_dict_type="sharded"` and model_parallel's
+    /// `save_distributed_checkpoint`: the parameters in their sharded
+    /// state, and what a sharded checkpoint directory needs to know of them
+    /// (each rank then writes its own parts); `None` where checkpoints are
+    /// gathered whole (every other strategy).
     fn sharded_checkpoint(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
         Ok(None)
     }
 
-    /// The parameters in their sharded state and where this rank's rows
+    /// The parameters in their sharded state and where this rank's parts
     /// lie, whatever the checkpoints' type: what a rank-local read of a
     /// sharded checkpoint needs. `None` where no parameter is sharded.
     fn local_shards(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {

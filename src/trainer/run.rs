@@ -680,7 +680,8 @@ impl Run<'_> {
     }
 
     /// Gathers the full training state into a checkpoint and writes it
-    /// (under FSDP every rank gathers the shards, rank 0 writes).
+    /// (under FSDP and model_parallel every rank gathers the parts, rank 0
+    /// writes), or with sharded checkpoints writes each rank's parts.
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
         // A checkpoint never holds what a failed device check let through
         // (this rank's checks: the ranks agreed before it, in
@@ -696,7 +697,8 @@ impl Run<'_> {
     }
 
     /// Writes the sharded checkpoint directory `path` (FSDP's
-    /// `state_dict_type="sharded"`): every rank its own shards, no tensor
+    /// `state_dict_type="sharded"`, model_parallel's
+    /// `save_distributed_checkpoint`): every rank its own parts, no tensor
     /// gathered; every rank takes part.
     fn save_sharded(
         &mut self,

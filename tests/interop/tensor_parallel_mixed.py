@@ -6,7 +6,12 @@ all-Python and all-fulmen jobs.
 
 Each job has two ranks on gloo, started with torchrun's environment, and
 trains Sequential(Embedding(16, 8), Linear(8, 12), Tanh(), Linear(12, 8),
-Linear(8, 16, bias=False)) from the same initial weights with the plan
+Linear(8, 16, bias=False)), and again Sequential(Embedding(17, 7),
+Linear(7, 12), Tanh(), Linear(12, 9), Linear(9, 17, bias=False)) whose
+Embedding rows and last outputs do not divide by two (DTensor's uneven
+shards: the second rank's part shorter, its all-gathers padded; an uneven
+ColwiseParallel output handed to RowwiseParallel as a local tensor is not
+among them, as DTensor's from_local cannot rebuild its global shape), from the same initial weights with the plan
 {"0": RowwiseParallel(input_layouts=Replicate()), "1": ColwiseParallel(),
 "3": RowwiseParallel(), "4": ColwiseParallel(output_layouts=Replicate())},
 SGD (lr 0.2, momentum 0.9) and the mean cross-entropy, every rank on the
@@ -62,9 +67,13 @@ PLAN_TEXT = [
 JOBS = [None, ("fulmen", 0), ("fulmen", 1), ("fulmen", "all")]
 
 
-def build():
-    return nn.Sequential(nn.Embedding(VOCAB, 8), nn.Linear(8, 12), nn.Tanh(), nn.Linear(12, 8),
-                         nn.Linear(8, VOCAB, bias=False))
+SIZES = {"even": (VOCAB, 8, 12, 8, VOCAB), "uneven": (VOCAB + 1, 7, 12, 9, VOCAB + 1)}
+
+
+def build(shape):
+    rows, dim, hidden, mid, out = SIZES[shape]
+    return nn.Sequential(nn.Embedding(rows, dim), nn.Linear(dim, hidden), nn.Tanh(), nn.Linear(hidden, mid),
+                         nn.Linear(mid, out, bias=False))
 
 
 def batch(step):
@@ -94,10 +103,11 @@ def python_rank(argv):
     p = argparse.ArgumentParser()
     p.add_argument("init")
     p.add_argument("out")
+    p.add_argument("shape")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=TIMEOUT_S))
-    model = build()
+    model = build(a.shape)
     model.load_state_dict(load_file(a.init))
     # What fulmen_tensor_parallel_new puts on the wire before it splits.
     if any(all_gather_bytes(b"")):
@@ -140,11 +150,11 @@ def python_rank(argv):
     leave_rank(full, a.out, a.out + ".losses", losses)
 
 
-def run_job(work, binary, init, fulmen, retried=False):
-    """One job; `fulmen` None (all Python), (side, rank) or (side, "all").
-    Returns each rank's final weights and losses."""
+def run_job(work, binary, init, shape, fulmen, retried=False):
+    """One job of the `shape` model; `fulmen` None (all Python), (side,
+    rank) or (side, "all"). Returns each rank's final weights and losses."""
     port = free_port()
-    tag = "python" if fulmen is None else f"fulmen-{fulmen[1]}"
+    tag = ("python" if fulmen is None else f"fulmen-{fulmen[1]}") + f"-{shape}"
     procs, outs = [], []
     for rank in range(WORLD):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -152,11 +162,13 @@ def run_job(work, binary, init, fulmen, retried=False):
                    OMP_NUM_THREADS="1")
         out = os.path.join(work, f"out-{tag}-{rank}.safetensors")
         here = fulmen is not None and fulmen[1] in (rank, "all")
-        cmd = [binary, init, out, str(STEPS)] if here else [sys.executable, __file__, "rank", init, out]
+        cmd = [binary, init, out, str(STEPS)] + (["uneven"] if shape == "uneven" else [])
+        if not here:
+            cmd = [sys.executable, __file__, "rank", init, out, shape]
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)
     if finish_job(procs, outs, f"job {tag}", retried):
-        return run_job(work, binary, init, fulmen, retried=True)
+        return run_job(work, binary, init, shape, fulmen, retried=True)
     return [load_file(o) for o in outs], [read_losses(o + ".losses") for o in outs]
 
 
@@ -169,14 +181,25 @@ def main():
     a = p.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="fulmen-tp-mixed.")
     os.makedirs(work, exist_ok=True)
+    failed = 0
+    for shape in SIZES:
+        failed += check_shape(work, a.binary, shape)
+    if failed:
+        raise SystemExit(f"{failed} job(s) differ from the all-Python job")
+    print("tensor parallel mixed: every job equals the all-Python job")
+
+
+def check_shape(work, binary, shape):
+    """The jobs of the `shape` model against its all-Python job; the number
+    that differ."""
     torch.manual_seed(3)
-    init = os.path.join(work, "init.safetensors")
-    save_file({k: v.contiguous() for k, v in build().state_dict().items()}, init)
+    init = os.path.join(work, f"init-{shape}.safetensors")
+    save_file({k: v.contiguous() for k, v in build(shape).state_dict().items()}, init)
     reference = None
     failed = 0
     for job in JOBS:
-        weights, losses = run_job(work, a.binary, init, job)
-        tag = "python" if job is None else f"fulmen on rank {job[1]}"
+        weights, losses = run_job(work, binary, init, shape, job)
+        tag = ("python" if job is None else f"fulmen on rank {job[1]}") + f", {shape} sizes"
         if reference is None:
             reference = (weights, losses)
             if losses[0] != losses[1] or len(losses[0]) != STEPS:
@@ -192,9 +215,7 @@ def main():
         failed += not ok
         print(f"job {tag}: {'ok' if ok else 'MISMATCH'} (losses within {worst_loss:.2e}, weights within "
               f"{worst_weight:.2e}, names {'the same' if same_names else 'differ'})", flush=True)
-    if failed:
-        raise SystemExit(f"{failed} job(s) differ from the all-Python job")
-    print("tensor parallel mixed: every job equals the all-Python job")
+    return failed
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 /*
  * One fulmen rank of tests/interop/tensor_parallel_mixed.py's jobs:
  *
- *     tp_rank INIT OUT STEPS
+ *     tp_rank INIT OUT STEPS [uneven]
  *
  * Started with torchrun's variables, it joins the job, loads the model
  * (Embedding(16, 8), Linear(8, 12), Tanh, Linear(12, 8), Linear(8, 16,
- * bias=False)) from INIT, splits it with fulmen_tensor_parallel (the
+ * bias=False); with "uneven" the Embedding's rows and Linear 4's
+ * outputs do not divide by two ranks: Embedding(17, 7), Linear(7, 12),
+ * Tanh, Linear(12, 9), Linear(9, 17, bias=False)) from INIT, splits it with fulmen_tensor_parallel (the
  * Embedding's rows, Linear 1 by columns, Linear 3 by rows, Linear 4 by
  * columns with its output gathered), trains STEPS steps of SGD (lr 0.2,
  * momentum 0.9) on the script's batches, writes each step's loss to
@@ -16,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define VOCAB 16
 #define BATCH 12
@@ -38,10 +41,13 @@ static fulmen_error *push(fulmen_model *m, fulmen_error *made, fulmen_model **la
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: tp_rank INIT OUT STEPS\n");
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "uneven") == 0)) {
+        fprintf(stderr, "usage: tp_rank INIT OUT STEPS [uneven]\n");
         return 2;
     }
+    /* Embedding rows and columns, Linear 1's outputs, Linear 3's, Linear 4's. */
+    const int64_t even[5] = {VOCAB, 8, 12, 8, VOCAB}, odd[5] = {VOCAB + 1, 7, 12, 9, VOCAB + 1};
+    const int64_t *d = argc == 5 ? odd : even;
     int steps = atoi(argv[3]);
     fulmen_strategy *strategy = NULL;
     TRY("strategy", fulmen_strategy_new("ddp", &strategy));
@@ -49,11 +55,11 @@ int main(int argc, char **argv) {
     TRY("join", fulmen_distributed_join(strategy, 1, false));
     fulmen_model *m = NULL, *l = NULL;
     TRY("sequential", fulmen_model_sequential_new(&m));
-    TRY("embedding", push(m, fulmen_model_embedding_new(VOCAB, 8, &l), &l));
-    TRY("linear 1", push(m, fulmen_model_linear_new(8, 12, true, &l), &l));
+    TRY("embedding", push(m, fulmen_model_embedding_new(d[0], d[1], &l), &l));
+    TRY("linear 1", push(m, fulmen_model_linear_new(d[1], d[2], true, &l), &l));
     TRY("tanh", push(m, fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l), &l));
-    TRY("linear 3", push(m, fulmen_model_linear_new(12, 8, true, &l), &l));
-    TRY("linear 4", push(m, fulmen_model_linear_new(8, VOCAB, false, &l), &l));
+    TRY("linear 3", push(m, fulmen_model_linear_new(d[2], d[3], true, &l), &l));
+    TRY("linear 4", push(m, fulmen_model_linear_new(d[3], d[4], false, &l), &l));
     TRY("load", fulmen_model_load(m, argv[1], true));
     const char *modules[] = {"0", "1", "3", "4"};
     const int32_t styles[] = {FULMEN_PARALLEL_STYLE_ROWWISE_REPLICATED_INPUT, FULMEN_PARALLEL_STYLE_COLWISE,

@@ -133,7 +133,7 @@ pub(crate) fn save(
     let (meta, converted, shapes) = group.agree(ready, "preparing the sharded checkpoint")?;
     // The same tree on every rank: an error here is every rank's.
     let leaves = tree::flatten(&converted)?;
-    let placements: Vec<Placement> = leaves.iter().map(|leaf| placement(leaf, &shapes)).collect();
+    let placements: Vec<Placement> = leaves.iter().map(|leaf| placement(leaf, &shapes, sharding.shard_rank)).collect();
     // This rank's pieces: the part it holds of each sharded tensor, and on
     // rank 0 every whole value.
     let mut owned: Vec<(usize, Vec<i64>, Value)> = Vec::new();
@@ -235,8 +235,8 @@ fn plan(
 }
 
 /// A leaf's placement: a model parameter that is sharded, or an
-/// optimizer state of one shaped as its shard.
-fn placement(leaf: &tree::Leaf<'_>, shapes: &Shapes) -> Placement {
+/// optimizer state of one shaped as its part (`rank`'s).
+fn placement(leaf: &tree::Leaf<'_>, shapes: &Shapes, rank: usize) -> Placement {
     let Value::Tensor(t) = leaf.value else { return None };
     let param = match leaf.path.as_slice() {
         [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" || m == "state_dict" => fqn,
@@ -248,7 +248,7 @@ fn placement(leaf: &tree::Leaf<'_>, shapes: &Shapes) -> Placement {
         _ => return None,
     };
     let cut = shapes.get(param)?;
-    cut.is_part_shaped(&t.size()).then(|| cut.clone())
+    cut.is_part_shaped(&t.size(), rank).then(|| cut.clone())
 }
 
 /// An optimizer's torch state with its parameters named: `state` keyed by

@@ -283,13 +283,14 @@ fn a_rank_reads_its_columns_from_chunks_cut_either_way() {
 /// shape; everything else whole.
 #[test]
 fn local_rows_select_sharded_parameters_and_their_states() {
-    let cut = |shape: Vec<i64>, per_rank| Cut { shape, dim: 0, per_rank };
+    let cut = |shape: Vec<i64>, per_rank| Cut { shape, dim: 0, per_rank, padded: true };
     let local = LocalRows::new(
         vec![
             ("layer.weight".into(), cut(vec![5, 3], 3)),
             ("tied.weight".into(), cut(vec![5, 3], 3)),
             ("s".into(), cut(vec![], 1)),
-            ("columns.weight".into(), Cut { shape: vec![4, 6], dim: 1, per_rank: 3 }),
+            ("columns.weight".into(), Cut { shape: vec![4, 6], dim: 1, per_rank: 3, padded: false }),
+            ("uneven.weight".into(), Cut { shape: vec![4, 5], dim: 1, per_rank: 3, padded: false }),
         ],
         1,
         "model.",
@@ -300,6 +301,8 @@ fn local_rows_select_sharded_parameters_and_their_states() {
     assert_eq!(rows(&model("net.layer.weight"), &[5, 3]).map(|r| r.first), Some(3));
     assert_eq!(rows(&[key("state_dict"), key("layer.weight")], &[5, 3]).map(|r| r.len), Some(3));
     assert_eq!(rows(&model("model.columns.weight"), &[4, 6]), Some(Span { dim: 1, first: 3, len: 3 }));
+    // Tensor parallelism's uneven parts: rank 1 holds the last 2 columns.
+    assert_eq!(rows(&model("model.uneven.weight"), &[4, 5]), Some(Span { dim: 1, first: 3, len: 2 }));
     // Every name of a tied parameter.
     assert!(rows(&model("model.tied.weight"), &[5, 3]).is_some());
     // Only one dotted component is taken off an unknown prefix.

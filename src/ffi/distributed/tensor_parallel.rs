@@ -102,8 +102,9 @@ unsafe fn read_plan(
 /// `styles` (`fulmen_parallel_style` values) say. First checks that every
 /// rank has the same plan and parameters, and copies rank 0's parameters
 /// and buffers to every rank; then each rank keeps its part of the split
-/// parameters (an equal part: the split dimension must divide by the
-/// world size), and their layers compute with the collectives inside the
+/// parameters (as `torch.chunk` and DTensor's `Shard` cut: `ceil(size /
+/// world)` entries each, the last ranks' parts shorter or empty when the
+/// size does not divide), and their layers compute with the collectives inside the
 /// forward and backward, so every rank must run the same forwards and
 /// backwards. The model (on this rank's device) runs as before; build the
 /// optimizers over `fulmen_model_parameters(model)` after this call: they
@@ -116,8 +117,8 @@ unsafe fn read_plan(
 /// or read the full model, `fulmen_tensor_parallel_unshard`.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (an
-/// empty plan, a path twice, a style out of range, a size that does not
-/// divide by the world size, ROWWISE on an Embedding; ranks with other
+/// empty plan, a path twice, a style out of range, ROWWISE on an
+/// Embedding; ranks with other
 /// plans; no module at a path), FULMEN_CODE_UNSUPPORTED (a path that names another kind of layer or a
 /// container; a model on the meta device), FULMEN_CODE_INVALID_STATE (not
 /// joined; the model is split already or sharded by FSDP; called from

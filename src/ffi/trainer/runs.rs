@@ -319,7 +319,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   rank 0 .metadata and meta.pt; the model's states under "state_dict"),
 ///   as Lightning's ModelParallelStrategy writes; it resumes on any number
 ///   of ranks, each reading only its parts; false = one file, gathered
-///   whole and written by rank 0.
+///   whole and written by rank 0 (what a checkpoint_io plugin or a
+///   weight-averaging callback's state needs: sharded directories refuse
+///   them).
 /// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
 ///   rendezvous and on every collective of a distributed job.
 // Generated: end

@@ -1,5 +1,5 @@
 //! `Embedding`: a lookup table of `num_embeddings` vectors of size `dim`.
-use super::tensor_parallel::{check_divides, ParallelStyle, SplitDims, TpSlot};
+use super::tensor_parallel::{sized, ParallelStyle, SplitDims, TpSlot};
 use super::{shape_of, Layer};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::init;
@@ -58,8 +58,7 @@ impl Embedding {
     /// ranks is the whole lookup (torch's `RowwiseParallel` on an
     /// Embedding, its `MaskPartial` placement).
     fn rowwise(&self, tp: &TpSlot, ids: &Tensor) -> Result<Tensor> {
-        let rows = self.num_embeddings / tp.comm.world_size() as i64;
-        let first = tp.comm.rank() as i64 * rows;
+        let (first, rows) = tp.span();
         let outside = ids.f_lt(first)?.f_logical_or(&ids.f_ge(first + rows)?)?;
         let local = ids.f_sub_scalar(first)?.f_masked_fill(&outside, 0)?;
         let padding = self.padding_idx.filter(|p| (first..first + rows).contains(p)).map_or(-1, |p| p - first);
@@ -135,16 +134,9 @@ impl Layer for Embedding {
             self.tp = None;
             return Ok(Vec::new());
         };
-        let world = s.comm.world_size();
-        let dim = match s.style {
-            ParallelStyle::Colwise | ParallelStyle::ColwiseReplicatedOutput => {
-                check_divides("the Embedding's embedding_dim", self.weight.size()[1], world)?;
-                1
-            }
-            ParallelStyle::RowwiseReplicatedInput => {
-                check_divides("the Embedding's num_embeddings", self.num_embeddings, world)?;
-                0
-            }
+        let (dim, size) = match s.style {
+            ParallelStyle::Colwise | ParallelStyle::ColwiseReplicatedOutput => (1, self.weight.size()[1]),
+            ParallelStyle::RowwiseReplicatedInput => (0, self.num_embeddings),
             ParallelStyle::Rowwise => {
                 return Err(Error::invalid(
                     "tensor parallel: an Embedding's indices are whole on every rank; split its rows with \
@@ -152,7 +144,7 @@ impl Layer for Embedding {
                 ))
             }
         };
-        self.tp = Some(s);
+        self.tp = Some(sized(s, size));
         Ok(vec![("weight", Some(dim))])
     }
 

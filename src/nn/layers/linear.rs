@@ -1,5 +1,5 @@
 //! `Linear`: `y = x W^T + b`.
-use super::tensor_parallel::{check_divides, ParallelStyle, SplitDims, TpSlot};
+use super::tensor_parallel::{sized, ParallelStyle, SplitDims, TpSlot};
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
@@ -86,7 +86,7 @@ impl Layer for Linear {
             }
             ParallelStyle::Rowwise | ParallelStyle::RowwiseReplicatedInput => {
                 let part = if tp.style == ParallelStyle::Rowwise {
-                    self.check_input(x, self.in_features / tp.comm.world_size() as i64)?;
+                    self.check_input(x, tp.span().1)?;
                     x.shallow_clone()
                 } else {
                     self.check_input(x, self.in_features)?;
@@ -115,15 +115,12 @@ impl Layer for Linear {
             self.tp = None;
             return Ok(Vec::new());
         };
-        let world = s.comm.world_size();
-        let dims = if s.style.is_colwise() {
-            check_divides("the Linear's out_features", self.weight.size()[0], world)?;
-            vec![("weight", Some(0)), ("bias", Some(0))]
+        let (dims, size) = if s.style.is_colwise() {
+            (vec![("weight", Some(0)), ("bias", Some(0))], self.weight.size()[0])
         } else {
-            check_divides("the Linear's in_features", self.in_features, world)?;
-            vec![("weight", Some(1)), ("bias", None)]
+            (vec![("weight", Some(1)), ("bias", None)], self.in_features)
         };
-        self.tp = Some(s);
+        self.tp = Some(sized(s, size));
         Ok(dims.into_iter().filter(|(n, _)| *n == "weight" || self.bias.is_some()).collect())
     }
 

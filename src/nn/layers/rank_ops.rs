@@ -32,28 +32,69 @@ pub(crate) enum Step {
     Identity,
     /// Summed over the ranks.
     Sum,
-    /// Every rank's, concatenated along the last dimension.
-    GatherLast,
-    /// This rank's equal part of the last dimension.
-    SplitLast,
+    /// Every rank's part, put together along the last dimension, whose
+    /// full size this is.
+    GatherLast(i64),
+    /// This rank's part of the last dimension, of this full size.
+    SplitLast(i64),
     /// Divided by the number of ranks: a value every rank holds whole
     /// made one of the terms the ranks sum (DTensor's `Replicate` to
     /// `Partial`).
     Partition,
 }
 
-/// This rank's equal part of `t`'s last dimension (a copy).
-pub(crate) fn split_last(t: &Tensor, rank: usize, world: usize) -> Result<Tensor> {
-    let last = t.size().last().copied().unwrap_or(1);
-    let world = world as i64;
-    if t.dim() == 0 || last % world != 0 {
+/// This rank's span of a dimension of `size` entries split across
+/// `world` ranks as `torch.chunk` (DTensor's `Shard`) splits it:
+/// `ceil(size / world)` entries each, the last ranks' shorter or empty.
+/// (first entry, length).
+pub(crate) fn chunk_span(size: i64, rank: usize, world: usize) -> (i64, i64) {
+    let world = world.max(1) as i64;
+    let per = (size.max(0) + world - 1) / world;
+    let first = (rank as i64).saturating_mul(per).min(size.max(0));
+    (first, per.min(size - first).max(0))
+}
+
+/// This rank's part of `t`'s last dimension, whose full size must be
+/// `full` ([`chunk_span`]; a copy).
+pub(crate) fn split_last(t: &Tensor, rank: usize, world: usize, full: i64) -> Result<Tensor> {
+    if t.dim() == 0 || t.size().last() != Some(&full) {
         return Err(Error::shape(format!(
-            "tensor parallel: the last dimension of {:?} does not split into {world} equal parts",
+            "tensor parallel: the last dimension of {:?} is not the {full} entries the layer splits",
             t.size()
         )));
     }
-    let part = last / world;
-    Ok(t.f_narrow(-1, rank as i64 * part, part)?.f_contiguous()?.f_detach_copy()?)
+    let (first, len) = chunk_span(full, rank, world);
+    Ok(t.f_narrow(-1, first, len)?.f_contiguous()?.f_detach_copy()?)
+}
+
+/// Every rank's part of a tensor cut along `dim` as [`chunk_span`] cuts
+/// `full` entries, put together on every rank: each part padded with
+/// zeros to `ceil(full / world)`, all-gathered, the padding cut off
+/// (DTensor's uneven `Shard` to `Replicate`; nothing padded when the
+/// parts are equal).
+pub(crate) fn gather_chunks(comm: &dyn RankComm, t: &Tensor, dim: i64, full: i64) -> Result<Tensor> {
+    let world = comm.world_size();
+    let (_, len) = chunk_span(full, comm.rank(), world);
+    let d = if dim < 0 { dim + t.dim() as i64 } else { dim };
+    let size = t.size();
+    if d < 0 || d as usize >= size.len() || size[d as usize] != len {
+        return Err(Error::shape(format!(
+            "tensor parallel: a part of shape {size:?} is not this rank's {len} of {full} entries along dimension \
+             {dim}"
+        )));
+    }
+    let per = chunk_span(full, 0, world).1;
+    if len == per && per * world as i64 == full {
+        return comm.gather(t, d);
+    }
+    let padded = if len < per {
+        let mut shape = size.clone();
+        shape[d as usize] = per - len;
+        Tensor::f_cat(&[t.shallow_clone(), Tensor::f_zeros(&shape, (t.kind(), t.device()))?], d)?
+    } else {
+        t.shallow_clone()
+    };
+    Ok(comm.gather(&padded, d)?.f_narrow(d, 0, full)?)
 }
 
 /// `t` after `step` over `comm`'s ranks (no autograd).
@@ -61,8 +102,8 @@ fn run(comm: &dyn RankComm, step: Step, t: &Tensor) -> Result<Tensor> {
     match step {
         Step::Identity => Ok(t.shallow_clone()),
         Step::Sum => comm.sum(t),
-        Step::GatherLast => comm.gather(t, -1),
-        Step::SplitLast => split_last(t, comm.rank(), comm.world_size()),
+        Step::GatherLast(full) => gather_chunks(comm, t, -1, full),
+        Step::SplitLast(full) => split_last(t, comm.rank(), comm.world_size(), full),
         Step::Partition => Ok(t.f_div_scalar(comm.world_size() as f64)?),
     }
 }
@@ -124,4 +165,23 @@ unsafe extern "C" fn run_step(
 
 unsafe extern "C" fn release(ctx: *mut c_void) {
     let _ = std::panic::catch_unwind(|| drop(Box::from_raw(ctx as *mut Box<StepFn>)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_span;
+
+    /// torch.chunk's parts: `ceil(size / world)` each, the last ranks'
+    /// shorter or empty.
+    #[test]
+    fn chunk_spans_follow_torch_chunk() {
+        let spans = |size, world| (0..world).map(|r| chunk_span(size, r, world)).collect::<Vec<_>>();
+        assert_eq!(spans(12, 4), [(0, 3), (3, 3), (6, 3), (9, 3)]);
+        assert_eq!(spans(17, 2), [(0, 9), (9, 8)]);
+        assert_eq!(spans(17, 4), [(0, 5), (5, 5), (10, 5), (15, 2)]);
+        assert_eq!(spans(9, 4), [(0, 3), (3, 3), (6, 3), (9, 0)]);
+        assert_eq!(spans(5, 4), [(0, 2), (2, 2), (4, 1), (5, 0)]);
+        assert_eq!(spans(1, 3), [(0, 1), (1, 0), (1, 0)]);
+        assert_eq!(spans(0, 2), [(0, 0), (0, 0)]);
+    }
 }

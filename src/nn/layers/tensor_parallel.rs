@@ -4,7 +4,7 @@
 //! rank's part of its weight and computes its part of the result, with the
 //! collectives of `rank_ops.rs` where the layouts meet. The strategy side
 //! (which layers, the parameters' values) is `src/strategies/model_parallel/`.
-use super::rank_ops::{across, RankComm, Step};
+use super::rank_ops::{across, chunk_span, RankComm, Step};
 use crate::error::{Error, ErrorCode, Result};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -79,6 +79,10 @@ pub(crate) struct TpSlot {
     pub comm: Arc<dyn RankComm>,
     /// [`SHARDED`], [`WHOLE`] or [`RELEASED`], shared by the model's layers.
     pub phase: Arc<AtomicU8>,
+    /// The full size of the features the layer splits (a Linear's output
+    /// or input features, an Embedding's columns or rows); the layer sets
+    /// it when it takes the slot.
+    pub split_size: i64,
 }
 
 impl TpSlot {
@@ -119,12 +123,19 @@ impl TpSlot {
 
     /// Gathered along the last dimension, gradients split again.
     pub(crate) fn gather_last(&self, x: &Tensor) -> Result<Tensor> {
-        across(&self.comm, x, Step::GatherLast, Step::SplitLast)
+        across(&self.comm, x, Step::GatherLast(self.split_size), Step::SplitLast(self.split_size))
     }
 
     /// This rank's part of the last dimension, gradients gathered.
     pub(crate) fn split_last(&self, x: &Tensor) -> Result<Tensor> {
-        across(&self.comm, x, Step::SplitLast, Step::GatherLast)
+        across(&self.comm, x, Step::SplitLast(self.split_size), Step::GatherLast(self.split_size))
+    }
+
+    /// This rank's span of the split features: (first, length), as
+    /// `torch.chunk` cuts them (the last ranks' parts shorter when the
+    /// size does not divide, as DTensor's).
+    pub(crate) fn span(&self) -> (i64, i64) {
+        chunk_span(self.split_size, self.comm.rank(), self.comm.world_size())
     }
 
     /// The output of a `Colwise` layer's split result: gathered for
@@ -141,12 +152,8 @@ impl TpSlot {
 /// (`None`: every rank holds it whole), by attribute name.
 pub(crate) type SplitDims = Vec<(&'static str, Option<i64>)>;
 
-/// Checks that `size` splits into `world` equal parts, for `what`.
-pub(crate) fn check_divides(what: &str, size: i64, world: usize) -> Result<()> {
-    if size % world as i64 != 0 {
-        return Err(Error::invalid(format!(
-            "tensor parallel: {what} ({size}) does not split into {world} equal parts (one per rank)"
-        )));
-    }
-    Ok(())
+/// `slot` for a layer whose split features number `size`.
+pub(crate) fn sized(mut slot: TpSlot, size: i64) -> TpSlot {
+    slot.split_size = size;
+    slot
 }

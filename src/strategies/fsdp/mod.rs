@@ -150,7 +150,12 @@ impl FsdpStrategy {
             for sp in u.lock_params().iter() {
                 params.push(crate::checkpoint::dcp::ShardedParam {
                     param: sp.param.shallow_clone(),
-                    cut: crate::checkpoint::dcp::Cut { shape: sp.shape.clone(), dim: 0, per_rank: sp.rows },
+                    cut: crate::checkpoint::dcp::Cut {
+                        shape: sp.shape.clone(),
+                        dim: 0,
+                        per_rank: sp.rows,
+                        padded: true,
+                    },
                 });
             }
         }

@@ -91,10 +91,10 @@ impl ModelParallelStrategy {
     }
 
     /// The split parameters and where this rank's parts lie, as a sharded
-    /// checkpoint needs them (`None` while the model is not split).
+    /// checkpoint needs them (`None` while the model is not split, or is
+    /// gathered whole: a save is then gathered, a read whole).
     fn shards(&self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
-        let Some(tp) = self.split().as_ref().map(|tp| tp.shards()).transpose()? else { return Ok(None) };
-        self.check_alive()?;
+        let Some(tp) = self.split().as_ref().and_then(|tp| tp.shards()) else { return Ok(None) };
         Ok(Some(crate::checkpoint::dcp::Sharding {
             group: Arc::clone(&self.ctx.group),
             params: tp,

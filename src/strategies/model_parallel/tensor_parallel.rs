@@ -9,7 +9,7 @@
 use super::lock;
 use crate::distributed::DistContext;
 use crate::error::{Error, ErrorCode, Result};
-use crate::nn::layers::rank_ops::RankComm;
+use crate::nn::layers::rank_ops::{chunk_span, gather_chunks, RankComm};
 use crate::nn::layers::tensor_parallel::{ParallelStyle, TpSlot, RELEASED, SHARDED, WHOLE};
 use crate::nn::Module;
 use crate::optim::Optimizer;
@@ -116,7 +116,8 @@ impl TensorParallel {
         let phase = Arc::new(AtomicU8::new(SHARDED));
         let mut m = lock(&model);
         let as_comm: Arc<dyn RankComm> = comm.clone();
-        let slot = |style| TpSlot { style, comm: Arc::clone(&as_comm), phase: Arc::clone(&phase) };
+        // Each layer sets the size it splits when it takes its slot.
+        let slot = |style| TpSlot { style, comm: Arc::clone(&as_comm), phase: Arc::clone(&phase), split_size: 0 };
         let paths: Vec<String> = plan.iter().map(|(p, _)| p.clone()).collect();
         // `link` undoes its own failure; after it, this call undoes only
         // what it linked (a model split by another wrapper stays so).
@@ -152,10 +153,10 @@ impl TensorParallel {
         }
         // Every part made first (out of memory on one rank fails every
         // rank, with nothing split), then the parameters pointed at them.
-        let (rank, world) = (group.rank() as i64, group.world_size() as i64);
+        let (rank, world) = (group.rank(), group.world_size());
         let cut = |param: &Tensor, dim: i64| -> Result<Tensor> {
-            let part = param.size()[dim as usize] / world;
-            Ok(param.f_detach()?.f_narrow(dim, rank * part, part)?.f_contiguous()?.f_detach_copy()?)
+            let (first, len) = chunk_span(param.size()[dim as usize], rank, world);
+            Ok(param.f_detach()?.f_narrow(dim, first, len)?.f_contiguous()?.f_detach_copy()?)
         };
         let parts: Result<Vec<(Tensor, i64, Tensor)>> = linked
             .into_iter()
@@ -196,24 +197,25 @@ impl TensorParallel {
     }
 
     /// Each split parameter and its cut, as a sharded checkpoint writes
-    /// and reads them (this rank's part is its data). Refused while the
+    /// and reads them (this rank's part is its data); `None` while the
     /// parameters are gathered whole.
-    pub(crate) fn shards(&self) -> Result<Vec<crate::checkpoint::dcp::ShardedParam>> {
+    pub(crate) fn shards(&self) -> Option<Vec<crate::checkpoint::dcp::ShardedParam>> {
         if self.whole() {
-            return Err(Error::state(
-                "tensor parallel: the parameters are gathered whole; a sharded checkpoint needs their parts",
-            ));
+            return None;
         }
+        let world = self.comm.world_size();
         let cut = |s: &SplitTensor| crate::checkpoint::dcp::Cut {
             shape: s.full.clone(),
             dim: s.dim as usize,
-            per_rank: s.part[s.dim as usize],
+            per_rank: chunk_span(s.full[s.dim as usize], 0, world).1,
+            padded: false,
         };
-        Ok(self
-            .split
-            .iter()
-            .map(|s| crate::checkpoint::dcp::ShardedParam { param: s.param.shallow_clone(), cut: cut(s) })
-            .collect())
+        Some(
+            self.split
+                .iter()
+                .map(|s| crate::checkpoint::dcp::ShardedParam { param: s.param.shallow_clone(), cut: cut(s) })
+                .collect(),
+        )
     }
 
     /// Clips every parameter's gradient by the 2-norm over the whole model
@@ -266,7 +268,7 @@ impl TensorParallel {
         let mut state = optimizer.state_dict()?;
         let comm = self.comm.as_ref();
         self.for_split_state(optimizer, &mut state, &|s| &s.part, &mut |t, s| {
-            *t = comm.gather(t, s.dim)?;
+            *t = gather_chunks(comm, t, s.dim, s.full[s.dim as usize])?;
             Ok(())
         })
         .map_err(|e| self.ctx.explain(e))?;
@@ -275,9 +277,8 @@ impl TensorParallel {
 
     /// This rank's part of `t`, a full value of the split parameter `s`.
     fn part_of(&self, t: &Tensor, s: &SplitTensor) -> Result<Tensor> {
-        let part = s.part[s.dim as usize];
-        let first = self.comm.rank() as i64 * part;
-        Ok(t.f_detach()?.f_narrow(s.dim, first, part)?.f_contiguous()?.f_detach_copy()?)
+        let (first, len) = chunk_span(s.full[s.dim as usize], self.comm.rank(), self.comm.world_size());
+        Ok(t.f_detach()?.f_narrow(s.dim, first, len)?.f_contiguous()?.f_detach_copy()?)
     }
 
     /// `optimizer`'s state with the entries that hold a split parameter's
@@ -318,7 +319,7 @@ impl TensorParallel {
         let gathered: Vec<Tensor> = self
             .split
             .iter()
-            .map(|s| comm.gather(&s.param.f_detach()?, s.dim))
+            .map(|s| gather_chunks(comm, &s.param.f_detach()?, s.dim, s.full[s.dim as usize]))
             .collect::<Result<_>>()
             .map_err(|e| self.ctx.explain(e))?;
         for (s, full) in self.split.iter_mut().zip(&gathered) {

@@ -536,7 +536,8 @@ public:
     /// directory (every rank writes its parts of the split parameters and their optimizer states,
     /// rank 0 .metadata and meta.pt; the model's states under "state_dict"), as Lightning's
     /// ModelParallelStrategy writes; it resumes on any number of ranks, each reading only its
-    /// parts; false = one file, gathered whole and written by rank 0.
+    /// parts; false = one file, gathered whole and written by rank 0 (what a checkpoint_io plugin
+    /// or a weight-averaging callback's state needs: sharded directories refuse them).
     Self& save_distributed_checkpoint(bool v) & { return put("save_distributed_checkpoint", v); }
     /// Sets `save_distributed_checkpoint` on a temporary and passes it on.
     Self&& save_distributed_checkpoint(bool v) && { return std::move(put("save_distributed_checkpoint", v)); }
