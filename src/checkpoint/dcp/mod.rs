@@ -508,7 +508,7 @@ pub(crate) fn load(dir: &Path, weights_only: bool, local: Option<&LocalRows>) ->
                 Some(span) => Value::Tensor(files.span(&fqn, kind, &size, &chunks, span)?),
                 None => Value::Tensor(files.tensor(&fqn, kind, &size, &chunks)?),
             },
-            Entry::Bytes(at) => files.value(&at)?,
+            Entry::Bytes(at) => files.entry_value(&fqn, &at)?,
         };
         leaves.push((path, value));
     }

@@ -6,7 +6,7 @@ use super::cut::Span;
 use super::metadata::{Chunk, Location};
 use crate::checkpoint::torch_save::{self, Value};
 use crate::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -48,12 +48,55 @@ pub(crate) fn write_pieces(path: &Path, pieces: &[&Value]) -> Result<Vec<(u64, u
 pub(crate) struct DataFiles {
     dir: PathBuf,
     open: HashMap<String, crate::fs_safe::RegularFile>,
+    /// The bytes of each file the items read so far lie in: (end, owner)
+    /// by offset, never overlapping. torch's writer stores every item in
+    /// bytes of its own; metadata that points two items at the same bytes
+    /// could make a small file fill any amount of memory, and is refused.
+    claimed: HashMap<String, BTreeMap<u64, (u64, String)>>,
 }
 
 impl DataFiles {
     /// The files of `dir`.
     pub(crate) fn new(dir: &Path) -> Self {
-        DataFiles { dir: dir.to_path_buf(), open: HashMap::new() }
+        DataFiles { dir: dir.to_path_buf(), open: HashMap::new(), claimed: HashMap::new() }
+    }
+
+    /// Claims the bytes of `items` (checked to lie in their files) for
+    /// `owner`, one entry of the metadata: they must not overlap each other
+    /// nor another entry's. An entry read again claims the same bytes.
+    fn claim(&mut self, owner: &str, items: &[&Location]) -> Result<()> {
+        let mut mine: Vec<(&str, u64, u64)> =
+            items.iter().filter(|l| l.length > 0).map(|l| (l.file.as_str(), l.offset, l.offset + l.length)).collect();
+        mine.sort_unstable();
+        let shared = |file: &str, at: u64| {
+            Error::format(format!("{owner}: its bytes at {at} of {file} are another item's as well"))
+        };
+        if let Some(w) = mine.windows(2).find(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2) {
+            return Err(shared(w[1].0, w[1].1));
+        }
+        for (file, lo, hi) in mine {
+            let ranges = self.claimed.entry(file.to_string()).or_default();
+            // The claimed ranges are disjoint: their ends grow with their
+            // starts, so only those just before `hi` can reach past `lo`.
+            for (start, (end, who)) in ranges.range(..hi).rev() {
+                if *end <= lo {
+                    break;
+                }
+                if (*start, *end, who.as_str()) != (lo, hi, owner) {
+                    return Err(shared(file, lo));
+                }
+            }
+            ranges.insert(lo, (hi, owner.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The `torch.save` archive at `at`, the value of the entry `fqn`,
+    /// read (its bytes claimed, see [`DataFiles::claim`]).
+    pub(crate) fn entry_value(&mut self, fqn: &str, at: &Location) -> Result<Value> {
+        self.check(at)?;
+        self.claim(&format!("{}: {fqn:?}", self.dir.display()), &[at])?;
+        self.value(at)
     }
 
     fn file(&mut self, name: &str) -> Result<&crate::fs_safe::RegularFile> {
@@ -99,8 +142,9 @@ impl DataFiles {
 
     /// Checks the chunks of the tensor `fqn` of `kind` and `size`: they
     /// must lie inside the tensor, not overlap, cover it exactly, and their
-    /// stored bytes (checked against the files) must be at least the
-    /// tensor's, so nothing is allocated for a size the files do not hold.
+    /// stored bytes (checked against the files, and no other item's) must
+    /// be at least the tensor's, so nothing is allocated for a size the
+    /// files do not hold.
     fn check_chunks(&mut self, what: &str, kind: Kind, size: &[i64], chunks: &[Chunk]) -> Result<()> {
         let bad = |why: String| Error::format(format!("{what}: {why}"));
         let numel = volume(size).ok_or_else(|| bad(format!("size {size:?} overflows")))?;
@@ -131,6 +175,8 @@ impl DataFiles {
                 }
             }
         }
+        let items: Vec<&Location> = chunks.iter().map(|c| &c.at).collect();
+        self.claim(what, &items)?;
         if covered != numel {
             return Err(bad(format!("its chunks hold {covered} of its {numel} elements")));
         }

@@ -155,6 +155,14 @@ fn chunks_are_put_together_and_checked() {
         at: Location { offset: places[1].0, length: 1 << 30, ..at(1) },
     };
     assert!(err(&[past], &[5, 3]).contains("past the end"));
+    // Chunks that share bytes (a small file made to fill a large tensor)
+    // are refused, in one tensor and across two; reading one again is not.
+    let twice = [chunk(0, 2, 1), chunk(2, 2, 1)];
+    let e = files.tensor("v", Kind::Float, &[4, 3], &twice).unwrap_err();
+    assert!(e.message.contains("another item's"), "{e}");
+    let e = files.tensor("u", Kind::Float, &[3, 3], &[chunk(0, 3, 0)]).unwrap_err();
+    assert!(e.message.contains("another item's"), "{e}");
+    assert!(files.tensor("w", Kind::Float, &[5, 3], &[chunk(0, 3, 0), chunk(3, 2, 1)]).is_ok());
 }
 
 #[test]
