@@ -4,6 +4,7 @@
 //! through a model whose layers are split across the ranks, and its losses,
 //! full weights and optimizer state after `unshard` equal one process
 //! training the plain model.
+use fulmen::checkpoint::io::CheckpointIo;
 use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
 use fulmen::distributed::JoinOptions;
 use fulmen::nn::{Activation, Module, ParallelStyle};
@@ -15,6 +16,7 @@ use fulmen::trainer::{
 use fulmen::{ErrorCode, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::{Kind, Tensor};
 
@@ -293,6 +295,19 @@ type Fitted = (Vec<f64>, Vec<(String, Tensor)>);
 /// directories unless `whole_checkpoints`), from `resume` when given; the
 /// losses and the weights after the fit.
 fn fit(strategy: &str, epochs: i64, root: &Path, resume: Option<&str>, whole_checkpoints: bool) -> Result<Fitted> {
+    let mut t = trainer(strategy, epochs, root, whole_checkpoints)?;
+    let mut m = NextToken { model: Arc::new(Mutex::new(scenario("mlp").0)), losses: Vec::new(), rows: Vec::new() };
+    t.fit(&mut m, &token_loader(), None, resume)?;
+    // Split during the fit (12 rows over the ranks), whole after it.
+    let world: i64 = std::env::var("WORLD_SIZE").map_or(1, |w| w.parse().unwrap());
+    let split = if strategy == "model_parallel" { 12 / world } else { 12 };
+    assert!(m.rows.iter().all(|r| *r == split), "rows {:?}, want {split}", m.rows);
+    let weights = copied(m.model.lock().unwrap().state_dict());
+    Ok((m.losses, weights))
+}
+
+/// [`fit`]'s trainer.
+fn trainer(strategy: &str, epochs: i64, root: &Path, whole_checkpoints: bool) -> Result<Trainer> {
     let mut o = TrainerOptions::default();
     let (epochs, root) = (epochs.to_string(), root.to_string_lossy().to_string());
     for (k, v) in [
@@ -312,15 +327,39 @@ fn fit(strategy: &str, epochs: i64, root: &Path, resume: Option<&str>, whole_che
         o.set("tensor_parallel_plan", "0=rowwise_replicated_input, 1=colwise, 3=rowwise, 5=colwise_replicated_output")?;
         o.set("save_distributed_checkpoint", if whole_checkpoints { "false" } else { "true" })?;
     }
-    let mut t = Trainer::new(o)?;
+    Trainer::new(o)
+}
+
+/// A checkpoint_io plugin that counts the saves it is given.
+struct CountingIo(AtomicUsize);
+
+impl CheckpointIo for CountingIo {
+    fn save(&self, _bytes: &[u8], _path: &Path) -> Result<()> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn load(&self, path: &Path) -> Result<Vec<u8>> {
+        Err(fulmen::Error::io(format!("{} is not stored here", path.display())))
+    }
+
+    fn remove(&self, _path: &Path) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A checkpoint_io plugin beside sharded checkpoints is refused when the
+/// fit starts, before any step or save.
+fn plugin_refused(work: &Path) -> Result<()> {
+    let mut t = trainer("model_parallel", 1, &work.join("plugin"), false)?;
+    let io = Arc::new(CountingIo(AtomicUsize::new(0)));
+    t.set_checkpoint_io(Some(io.clone()));
     let mut m = NextToken { model: Arc::new(Mutex::new(scenario("mlp").0)), losses: Vec::new(), rows: Vec::new() };
-    t.fit(&mut m, &token_loader(), None, resume)?;
-    // Split during the fit (12 rows over the ranks), whole after it.
-    let world: i64 = std::env::var("WORLD_SIZE").map_or(1, |w| w.parse().unwrap());
-    let split = if strategy == "model_parallel" { 12 / world } else { 12 };
-    assert!(m.rows.iter().all(|r| *r == split), "rows {:?}, want {split}", m.rows);
-    let weights = copied(m.model.lock().unwrap().state_dict());
-    Ok((m.losses, weights))
+    let e = t.fit(&mut m, &token_loader(), None, None).expect_err("a plugin beside sharded checkpoints ran");
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("checkpoint_io plugin"), "{e}");
+    assert!(m.losses.is_empty() && io.0.load(Ordering::SeqCst) == 0, "the refused fit ran");
+    Ok(())
 }
 
 /// The checkpoint a fit under `root` saved last.
@@ -362,6 +401,9 @@ fn tp_rank_main() {
         return;
     }
     if name.starts_with("trainer") {
+        if name == "trainer" {
+            plugin_refused(Path::new(&work)).unwrap();
+        }
         let (losses, weights) = match std::env::var("FULMEN_TEST_RESUME") {
             // Another job's checkpoint, resumed on this job's ranks.
             Ok(ck) => fit("model_parallel", 2, &Path::new(&work).join("elsewhere"), Some(&ck), false).unwrap(),

@@ -174,6 +174,17 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
 }
 
 impl StrategySpec {
+    /// Whether this strategy's checkpoints are sharded directories
+    /// (FSDP's `state_dict_type` "sharded", model_parallel's
+    /// `save_distributed_checkpoint`).
+    pub fn writes_sharded_checkpoints(&self) -> bool {
+        match self.kind {
+            StrategyKind::Fsdp => self.fsdp.sharded_checkpoints,
+            StrategyKind::ModelParallel => self.model_parallel.save_distributed_checkpoint,
+            _ => false,
+        }
+    }
+
     /// Sets one setting from text: `find_unused_parameters` and
     /// `broadcast_buffers` (booleans), `process_group_backend` ("gloo",
     /// "nccl", "none", or a collectives hook's name), `timeout` (seconds or "DD:HH:MM:SS"), `bucket_cap_mb` (MiB, or

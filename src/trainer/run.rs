@@ -10,6 +10,12 @@ use crate::loggers::Logger;
 use std::collections::BTreeMap;
 use tch::Tensor;
 
+/// Why a run with sharded checkpoints and a checkpoint_io plugin is refused.
+const SHARDED_WITH_PLUGIN: &str = "sharded checkpoints (fsdp_state_dict_type \"sharded\", model_parallel's \
+     save_distributed_checkpoint) are directories fulmen writes itself; a checkpoint_io plugin cannot store them \
+     (Lightning's FSDP and ModelParallel strategies refuse storage options likewise): set fsdp_state_dict_type \
+     \"full\" or save_distributed_checkpoint false";
+
 /// Data a hook call carries besides the trainer state.
 #[derive(Default)]
 pub(crate) struct HookData<'a> {
@@ -150,6 +156,10 @@ impl<'a> Run<'a> {
         strategy: super::strategy::RunStrategy,
         checkpoints: crate::checkpoint::io::CheckpointWriter,
     ) -> Result<Self> {
+        if stage == "fit" && opts.strategy.writes_sharded_checkpoints() && checkpoints.has_plugin() {
+            // Refused before anything runs, not at the first checkpoint.
+            return Err(Error::unsupported(SHARDED_WITH_PLUGIN));
+        }
         let opt_hooks = module.optimization_hooks();
         Ok(Run {
             stage,
@@ -707,12 +717,7 @@ impl Run<'_> {
         sharding: &crate::checkpoint::dcp::Sharding,
     ) -> Result<()> {
         if self.checkpoints.has_plugin() {
-            return Err(Error::unsupported(
-                "sharded checkpoints (fsdp_state_dict_type \"sharded\", model_parallel's \
-                 save_distributed_checkpoint) are directories fulmen writes itself; a checkpoint_io plugin cannot \
-                 store them (Lightning's FSDP and ModelParallel strategies refuse storage options likewise): set \
-                 fsdp_state_dict_type \"full\" or save_distributed_checkpoint false",
-            ));
+            return Err(Error::unsupported(SHARDED_WITH_PLUGIN));
         }
         self.checkpoints.wait()?;
         let ck = self.build_checkpoint(weights_only, true)?;
