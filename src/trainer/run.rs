@@ -809,7 +809,8 @@ impl Run<'_> {
         let state_dict = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict();
         let names = crate::checkpoint::dcp::names_by_tensor(&state_dict, "");
         let params = crate::checkpoint::dcp::sharded_names(&sharding, &names);
-        Ok(Some(crate::checkpoint::dcp::LocalRows::new(params, sharding.shard_rank, &self.checkpoint_prefix)))
+        let all = state_dict.into_iter().map(|(n, _)| n);
+        Ok(Some(crate::checkpoint::dcp::LocalRows::new(params, all, sharding.shard_rank, &self.checkpoint_prefix)))
     }
 
     /// [`Run::restore`] once the parameters hold their full values.

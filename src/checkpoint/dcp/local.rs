@@ -5,13 +5,15 @@
 use super::cut::{Cut, Span};
 use super::tree::PathItem;
 use crate::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What one rank holds of the model's sharded parameters.
 pub(crate) struct LocalRows {
     /// Each sharded parameter's cut, by each of the model's names for it
     /// (a tied parameter has several).
     params: HashMap<String, Cut>,
+    /// Every name of the model's state (split or not).
+    names: HashSet<String>,
     /// This rank's index among the ranks the parameters are sharded across.
     shard_rank: usize,
     /// The prefix of the model's names in checkpoints (`"model."`).
@@ -20,19 +22,33 @@ pub(crate) struct LocalRows {
 
 impl LocalRows {
     /// The parts `shard_rank` holds of `params` (name and cut; a tied
-    /// parameter once per name); checkpoints name them with `prefix`.
-    pub(crate) fn new(params: Vec<(String, Cut)>, shard_rank: usize, prefix: &str) -> Self {
-        LocalRows { params: params.into_iter().collect(), shard_rank, prefix: prefix.to_string() }
+    /// parameter once per name) of a model whose state has `names`;
+    /// checkpoints name them with `prefix`.
+    pub(crate) fn new(
+        params: Vec<(String, Cut)>,
+        names: impl IntoIterator<Item = String>,
+        shard_rank: usize,
+        prefix: &str,
+    ) -> Self {
+        LocalRows {
+            params: params.into_iter().collect(),
+            names: names.into_iter().collect(),
+            shard_rank,
+            prefix: prefix.to_string(),
+        }
     }
 
     /// The sharded parameter a checkpoint names `key`: the run's prefix
-    /// taken off, else the name as it is, else (a checkpoint written under
-    /// another prefix, as `weights_for` reads one) the name without its
-    /// first dotted component.
+    /// taken off, else the name as it is; only when neither is a name of
+    /// the model (a checkpoint written under another prefix, as
+    /// `weights_for` reads one), the name without its first dotted
+    /// component. `None`: not a sharded parameter.
     fn param(&self, key: &str) -> Option<&Cut> {
         let stripped = key.strip_prefix(&self.prefix).filter(|_| !self.prefix.is_empty());
-        let first_off = key.split_once('.').map(|(_, rest)| rest);
-        [stripped, Some(key), first_off].into_iter().flatten().find_map(|k| self.params.get(k))
+        if let Some(k) = [stripped, Some(key)].into_iter().flatten().find(|k| self.names.contains(*k)) {
+            return self.params.get(k);
+        }
+        key.split_once('.').and_then(|(_, rest)| self.params.get(rest))
     }
 
     /// The part this rank reads of the tensor at `path` of full `size`: a

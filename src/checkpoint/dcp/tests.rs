@@ -300,6 +300,8 @@ fn local_rows_select_sharded_parameters_and_their_states() {
             ("columns.weight".into(), Cut { shape: vec![4, 6], dim: 1, per_rank: 3, padded: false }),
             ("uneven.weight".into(), Cut { shape: vec![4, 5], dim: 1, per_rank: 3, padded: false }),
         ],
+        ["layer.weight", "layer.bias", "tied.weight", "s", "columns.weight", "uneven.weight", "outer.layer.weight"]
+            .map(String::from),
         1,
         "model.",
     );
@@ -315,6 +317,9 @@ fn local_rows_select_sharded_parameters_and_their_states() {
     assert!(rows(&model("model.tied.weight"), &[5, 3]).is_some());
     // Only one dotted component is taken off an unknown prefix.
     assert_eq!(rows(&model("a.b.layer.weight"), &[5, 3]), None);
+    // A name of the model that is not sharded is never taken for another
+    // one without its first component.
+    assert_eq!(rows(&model("outer.layer.weight"), &[5, 3]), None);
     // A model entry of another shape is another model's: refused.
     let e = local.span_of(&model("model.layer.weight"), &[4, 3]).unwrap_err();
     assert!(e.message.contains("[4, 3]") && e.message.contains("[5, 3]"), "{e}");
