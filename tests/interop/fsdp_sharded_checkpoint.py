@@ -73,19 +73,25 @@ def run_fulmen(work, binary, name, epochs, env_extra, sharding="FULL_SHARD"):
     return [load_file(o) for o in outs], [base.read_losses(o + ".losses") for o in outs]
 
 
-def lightning_main(argv):
-    """Lightning's ModelParallelStrategy job (it starts its second rank
-    itself): trains EPOCHS epochs, writes each rank's losses, the full
-    final weights (rank 0) and, with --save, its sharded checkpoint."""
+def lightning_job(argv, parallelize, data_parallel_size, tensor_parallel_size, rank_rows):
+    """One of Lightning's ModelParallelStrategy jobs (it starts its second
+    rank itself), from the command line `argv` (WORK EPOCHS TAG [--save
+    PATH] [--resume PATH]): fsdp2_parity's model from WORK's initial
+    weights, `parallelize(model, device_mesh)` in configure_model, AdamW,
+    trained to EPOCHS epochs (from --resume when given) on every row in
+    order, or with `rank_rows` on rank r's rows r, r + 2, ... (as fulmen's
+    sampler; Lightning's own distributed sampler always shuffles). Writes
+    each rank's losses, the full final weights (rank 0) and, with --save,
+    its checkpoint."""
     import lightning as L
     from lightning.pytorch.strategies import ModelParallelStrategy
     from safetensors.torch import load_file, save_file
-    from torch.distributed.fsdp import fully_shard
 
     p = argparse.ArgumentParser()
     for name in ("work", "epochs", "tag"):
         p.add_argument(name)
     p.add_argument("--save")
+    p.add_argument("--resume")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
@@ -98,10 +104,7 @@ def lightning_main(argv):
             self.losses = []
 
         def configure_model(self):
-            mesh = self.device_mesh["data_parallel"]
-            for block in (self.model[2], self.model[3]):
-                fully_shard(block, mesh=mesh)
-            fully_shard(self.model, mesh=mesh)
+            parallelize(self.model, self.device_mesh)
 
         def training_step(self, batch, _):
             xb, yb = batch
@@ -113,21 +116,20 @@ def lightning_main(argv):
             return torch.optim.AdamW(self.parameters(), lr=base.LR, weight_decay=base.WEIGHT_DECAY)
 
         def train_dataloader(self):
-            # Rank r's rows r, r + 2, ... in order, as fulmen's sampler
-            # (Lightning's own distributed sampler always shuffles).
             x = torch.from_numpy(np.fromfile(os.path.join(a.work, "x.f32"), dtype=np.float32))
             y = torch.from_numpy(np.fromfile(os.path.join(a.work, "y.i64"), dtype=np.int64))
             data = torch.utils.data.TensorDataset(x.reshape(-1, base.FEATURES), y)
             sampler = torch.utils.data.DistributedSampler(data, num_replicas=base.WORLD, rank=self.global_rank,
-                                                          shuffle=False)
-            return torch.utils.data.DataLoader(data, batch_size=base.BATCH, sampler=sampler)
+                                                          shuffle=False) if rank_rows else None
+            return torch.utils.data.DataLoader(data, batch_size=base.BATCH, sampler=sampler, shuffle=False)
 
-    trainer = L.Trainer(accelerator="cpu", devices=base.WORLD,
-                        strategy=ModelParallelStrategy(data_parallel_size=base.WORLD, tensor_parallel_size=1),
-                        max_epochs=int(a.epochs), logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False)
+    strategy = ModelParallelStrategy(data_parallel_size=data_parallel_size,
+                                     tensor_parallel_size=tensor_parallel_size)
+    trainer = L.Trainer(accelerator="cpu", devices=base.WORLD, strategy=strategy, max_epochs=int(a.epochs),
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, use_distributed_sampler=False)
     module = Module()
-    trainer.fit(module)
+    trainer.fit(module, ckpt_path=a.resume)
     rank = trainer.global_rank
     with open(os.path.join(a.work, f"lightning-{a.tag}-{rank}.losses"), "w") as f:
         f.write("".join(f"{v!r}\n" for v in module.losses))
@@ -139,10 +141,26 @@ def lightning_main(argv):
     trainer.strategy.barrier()
 
 
-def run_lightning(work, epochs, tag, save=None):
-    cmd = [sys.executable, os.path.abspath(__file__), "lightning", work, str(epochs), tag]
-    if save:
-        cmd += ["--save", save]
+def lightning_main(argv):
+    """FSDP2 through ModelParallelStrategy: each inner block a unit, data
+    parallel over the two ranks."""
+    from torch.distributed.fsdp import fully_shard
+
+    def parallelize(model, device_mesh):
+        mesh = device_mesh["data_parallel"]
+        for block in (model[2], model[3]):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+    lightning_job(argv, parallelize, base.WORLD, 1, rank_rows=True)
+
+
+def run_lightning(work, epochs, tag, save=None, resume=None, script=__file__):
+    """The Lightning job of `script` (this file's, or another's built on
+    lightning_job); its final weights and every rank's losses."""
+    cmd = [sys.executable, os.path.abspath(script), "lightning", work, str(epochs), tag]
+    cmd += ["--save", save] if save else []
+    cmd += ["--resume", resume] if resume else []
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)

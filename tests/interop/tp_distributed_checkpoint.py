@@ -40,96 +40,31 @@ import sys
 import tempfile
 import warnings
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fsdp2_parity as base  # noqa: E402
-from fsdp_sharded_checkpoint import run_fulmen  # noqa: E402
+from fsdp_sharded_checkpoint import lightning_job, run_fulmen, run_lightning as run_lightning_of  # noqa: E402
 
 STEPS_PER_EPOCH = -(-base.SAMPLES // base.BATCH)
 FULMEN_ENV = {"FSDP_CHECKPOINT_PREFIX": "model."}
 
 
 def lightning_main(argv):
-    """Lightning's ModelParallelStrategy job (it starts its second rank
-    itself): trains to EPOCHS epochs (from --resume when given), writes
-    each rank's losses, the full final weights (rank 0) and, with --save,
-    its distributed checkpoint."""
-    import lightning as L
-    from lightning.pytorch.strategies import ModelParallelStrategy
-    from safetensors.torch import load_file, save_file
+    """Tensor parallelism through ModelParallelStrategy: the plan above,
+    every rank on every batch."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    p = argparse.ArgumentParser()
-    for name in ("work", "epochs", "tag"):
-        p.add_argument(name)
-    p.add_argument("--save")
-    p.add_argument("--resume")
-    a = p.parse_args(argv)
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore")
+    def parallelize(model, device_mesh):
+        plan = {"2.0": ColwiseParallel(), "3.0": RowwiseParallel()}
+        parallelize_module(model, device_mesh["tensor_parallel"], plan)
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = base.build()
-            self.model.load_state_dict(load_file(os.path.join(a.work, "init.safetensors")))
-            self.losses = []
-
-        def configure_model(self):
-            plan = {"2.0": ColwiseParallel(), "3.0": RowwiseParallel()}
-            parallelize_module(self.model, self.device_mesh["tensor_parallel"], plan)
-
-        def training_step(self, batch, _):
-            xb, yb = batch
-            loss = F.cross_entropy(self.model(xb), yb)
-            self.losses.append(loss.item())
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=base.LR, weight_decay=base.WEIGHT_DECAY)
-
-        def train_dataloader(self):
-            x = torch.from_numpy(np.fromfile(os.path.join(a.work, "x.f32"), dtype=np.float32))
-            y = torch.from_numpy(np.fromfile(os.path.join(a.work, "y.i64"), dtype=np.int64))
-            data = torch.utils.data.TensorDataset(x.reshape(-1, base.FEATURES), y)
-            return torch.utils.data.DataLoader(data, batch_size=base.BATCH, shuffle=False)
-
-    trainer = L.Trainer(accelerator="cpu", devices=base.WORLD,
-                        strategy=ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=base.WORLD),
-                        max_epochs=int(a.epochs), logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False)
-    module = Module()
-    trainer.fit(module, ckpt_path=a.resume)
-    rank = trainer.global_rank
-    with open(os.path.join(a.work, f"lightning-{a.tag}-{rank}.losses"), "w") as f:
-        f.write("".join(f"{v!r}\n" for v in module.losses))
-    full = base.full_state(module.model)
-    if rank == 0:
-        save_file(full, os.path.join(a.work, f"lightning-{a.tag}.safetensors"))
-    if a.save:
-        trainer.save_checkpoint(a.save)
-    trainer.strategy.barrier()
+    lightning_job(argv, parallelize, 1, base.WORLD, rank_rows=False)
 
 
 def run_lightning(work, epochs, tag, save=None, resume=None):
-    """Lightning's job; its final weights (model names without "model.")
-    and every rank's losses."""
-    import subprocess
-
-    from safetensors.torch import load_file
-
-    cmd = [sys.executable, os.path.abspath(__file__), "lightning", work, str(epochs), tag]
-    cmd += ["--save", save] if save else []
-    cmd += ["--resume", resume] if resume else []
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
-    subprocess.run(cmd, env=env, check=True, timeout=6 * base.TIMEOUT_S)
-    losses = [base.read_losses(os.path.join(work, f"lightning-{tag}-{r}.losses")) for r in range(base.WORLD)]
-    return load_file(os.path.join(work, f"lightning-{tag}.safetensors")), losses
+    """This file's Lightning job; its final weights and every rank's losses."""
+    return run_lightning_of(work, epochs, tag, save=save, resume=resume, script=__file__)
 
 
 def fulmen(work, binary, name, epochs, env_extra=None):
