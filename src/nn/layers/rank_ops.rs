@@ -54,8 +54,20 @@ pub(crate) fn chunk_span(size: i64, rank: usize, world: usize) -> (i64, i64) {
     (first, per.min(size - first).max(0))
 }
 
+/// Rank `rank`'s part of `t` along `dim` ([`chunk_span`] of its size), a
+/// detached copy.
+pub(crate) fn chunk_of(t: &Tensor, dim: i64, rank: usize, world: usize) -> Result<Tensor> {
+    let sizes = t.size();
+    let d = if dim < 0 { dim + sizes.len() as i64 } else { dim };
+    let size = usize::try_from(d).ok().and_then(|d| sizes.get(d)).copied().ok_or_else(|| {
+        Error::shape(format!("tensor parallel: a tensor of shape {sizes:?} has no dimension {dim} to split"))
+    })?;
+    let (first, len) = chunk_span(size, rank, world);
+    Ok(t.f_detach()?.f_narrow(dim, first, len)?.f_contiguous()?.f_detach_copy()?)
+}
+
 /// This rank's part of `t`'s last dimension, whose full size must be
-/// `full` ([`chunk_span`]; a copy).
+/// `full` ([`chunk_of`]).
 pub(crate) fn split_last(t: &Tensor, rank: usize, world: usize, full: i64) -> Result<Tensor> {
     if t.dim() == 0 || t.size().last() != Some(&full) {
         return Err(Error::shape(format!(
@@ -63,8 +75,7 @@ pub(crate) fn split_last(t: &Tensor, rank: usize, world: usize, full: i64) -> Re
             t.size()
         )));
     }
-    let (first, len) = chunk_span(full, rank, world);
-    Ok(t.f_narrow(-1, first, len)?.f_contiguous()?.f_detach_copy()?)
+    chunk_of(t, -1, rank, world)
 }
 
 /// Every rank's part of a tensor cut along `dim` as [`chunk_span`] cuts

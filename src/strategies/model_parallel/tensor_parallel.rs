@@ -9,7 +9,7 @@
 use super::lock;
 use crate::distributed::DistContext;
 use crate::error::{Error, ErrorCode, Result};
-use crate::nn::layers::rank_ops::{chunk_span, gather_chunks, RankComm};
+use crate::nn::layers::rank_ops::{chunk_of, chunk_span, gather_chunks, RankComm};
 use crate::nn::layers::tensor_parallel::{ParallelStyle, TpSlot, RELEASED, SHARDED, WHOLE};
 use crate::nn::Module;
 use crate::optim::Optimizer;
@@ -154,10 +154,7 @@ impl TensorParallel {
         // Every part made first (out of memory on one rank fails every
         // rank, with nothing split), then the parameters pointed at them.
         let (rank, world) = (group.rank(), group.world_size());
-        let cut = |param: &Tensor, dim: i64| -> Result<Tensor> {
-            let (first, len) = chunk_span(param.size()[dim as usize], rank, world);
-            Ok(param.f_detach()?.f_narrow(dim, first, len)?.f_contiguous()?.f_detach_copy()?)
-        };
+        let cut = |param: &Tensor, dim: i64| chunk_of(param, dim, rank, world);
         let parts: Result<Vec<(Tensor, i64, Tensor)>> = linked
             .into_iter()
             .filter_map(|(_, param, dim)| dim.map(|d| (param, d)))
@@ -277,8 +274,7 @@ impl TensorParallel {
 
     /// This rank's part of `t`, a full value of the split parameter `s`.
     fn part_of(&self, t: &Tensor, s: &SplitTensor) -> Result<Tensor> {
-        let (first, len) = chunk_span(s.full[s.dim as usize], self.comm.rank(), self.comm.world_size());
-        Ok(t.f_detach()?.f_narrow(s.dim, first, len)?.f_contiguous()?.f_detach_copy()?)
+        chunk_of(t, s.dim, self.comm.rank(), self.comm.world_size())
     }
 
     /// `optimizer`'s state with the entries that hold a split parameter's
